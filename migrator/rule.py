@@ -1,0 +1,60 @@
+"""The shape of a rule: its code, its documentation and its own examples.
+
+Every rule module in `migrator.rules` exposes one `RULE`. The registry, `--explain`,
+`--list-rules`, the README table and the example tests all read from here, so the
+documentation cannot drift from the code.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+
+@dataclass(frozen=True)
+class Example:
+    """A small script and what the rule makes of it.
+
+    `after is None` means the rule must leave the source unchanged; `diagnostics`
+    lists codes that must then be reported.
+    """
+
+    id: str
+    before: str
+    after: Optional[str] = None
+    diagnostics: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    name: str
+    summary: str  # one line, shown next to each finding
+    what: str
+    why: str
+    fix: str
+    fix_safety: str
+    fixable: bool
+    examples: Tuple[Example, ...] = ()
+
+    def explain(self) -> str:
+        """The `--explain` text, in the shape of ruff's rule docs."""
+        parts = [
+            f"{self.code} ({self.name})",
+            "",
+            "## What it does",
+            self.what.strip(),
+            "",
+            "## Why is this bad?",
+            self.why.strip(),
+            "",
+            "## Fix",
+            self.fix.strip(),
+            "",
+            "## Fix safety",
+            self.fix_safety.strip(),
+        ]
+        for example in self.examples[:1]:
+            parts += ["", "## Example", "```python", example.before.rstrip(), "```"]
+            if example.after is not None:
+                parts += ["", "Use instead:", "```python", example.after.rstrip(), "```"]
+        return "\n".join(parts) + "\n"

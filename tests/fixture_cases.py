@@ -1,0 +1,74 @@
+"""Discovery of fixtures/<scenario>/ folders, shared by the golden and the runtime tests.
+
+A scenario folder holds:
+  input.py       the script as users write it
+  expected.py    what ddp-migrate must make of it (absent: the file must stay byte-identical)
+  fixture.toml   optional: description, runtime (bool), args (list), error ("parse"), diagnostics (codes)
+Adding a folder adds tests; nothing here lists scenarios by name.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - 3.9/3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+
+
+@dataclass(frozen=True)
+class FixtureCase:
+    name: str
+    folder: Path
+    config: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def input_path(self) -> Path:
+        return self.folder / "input.py"
+
+    @property
+    def expected_path(self) -> Path:
+        return self.folder / "expected.py"
+
+    @property
+    def expected_path_or_none(self) -> Optional[Path]:
+        return self.expected_path if self.expected_path.exists() else None
+
+    @property
+    def expects_parse_error(self) -> bool:
+        return self.config.get("error") == "parse"
+
+    @property
+    def migrated_script(self) -> Path:
+        """The script that should train under torchrun: the expected output, or the input when unchanged."""
+        return self.expected_path if self.expected_path.exists() else self.input_path
+
+    @property
+    def runs_under_torchrun(self) -> bool:
+        """Training fixtures run under torchrun unless fixture.toml says `runtime = false`."""
+        if self.expects_parse_error:
+            return False
+        return bool(self.config.get("runtime", self.expected_path.exists()))
+
+    @property
+    def args(self) -> List[str]:
+        return list(self.config.get("args", []))
+
+    @property
+    def diagnostics(self) -> List[str]:
+        return list(self.config.get("diagnostics", []))
+
+
+def discover() -> List[FixtureCase]:
+    cases = []
+    for folder in sorted(p for p in FIXTURES.iterdir() if (p / "input.py").exists()):
+        config_path = folder / "fixture.toml"
+        config = tomllib.loads(config_path.read_text()) if config_path.exists() else {}
+        cases.append(FixtureCase(folder.name, folder, config))
+    return cases
