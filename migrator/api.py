@@ -1,10 +1,25 @@
-"""The pure core: migrate(source, options) -> Result. No I/O, no printing."""
+"""The pure core: migrate(source, options) -> Result. No I/O, no printing.
+
+parse -> analyze (one read-only pass) -> rules plan edits in registry order -> one transformer
+applies them -> imports added/removed once -> the output is parsed again before it is returned.
+"""
 from __future__ import annotations
 
 from typing import Optional
 
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+
+from migrator import edits
+from migrator.analysis import analyze
+from migrator.errors import IntroducedSyntaxError, SourceParseError
 from migrator.options import Options
+from migrator.rules import FIXERS
 from migrator.types import Result
+
+# A file that never mentions torch has nothing to migrate: skip parsing it at all.
+RELEVANT = "torch"
 
 
 def migrate(source: str, options: Optional[Options] = None) -> Result:
@@ -13,4 +28,54 @@ def migrate(source: str, options: Optional[Options] = None) -> Result:
     Raises SourceParseError when `source` is not valid Python 3, IntroducedSyntaxError
     if the engine would produce code that does not parse (a bug; nothing is written).
     """
-    return Result(code=source, original=source)  # engine lands in the next commit
+    options = options or Options()
+    if RELEVANT not in source:
+        return Result(code=source, original=source)
+    module = parse(source)
+    facts = analyze(module)
+    plan = edits.Plan()
+    for rule, planner in FIXERS:
+        if options.enabled(rule.code, rule.name):
+            planner(facts, plan)
+    diagnostics = tuple(d for d in plan.diagnostics if options.enabled(d.code))
+    if plan.empty:
+        return Result(code=source, diagnostics=diagnostics, original=source)
+    new = _with_imports(edits.apply(module, plan), plan)
+    code = new.code
+    _check_parses(code)
+    return Result(code=code, changes=tuple(sorted(plan.changes, key=lambda c: (c.line, c.col))), diagnostics=diagnostics, original=source)
+
+
+def parse(source: str) -> cst.Module:
+    try:
+        return cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        raise SourceParseError(_first_line(exc.message), exc.raw_line, exc.raw_column) from None
+    except (RecursionError, MemoryError) as exc:  # pathological input; still not a traceback
+        raise SourceParseError(type(exc).__name__) from None
+
+
+def _with_imports(module: cst.Module, plan: edits.Plan) -> cst.Module:
+    context = CodemodContext()
+    for mod, obj, asname in plan.imports:
+        AddImportsVisitor.add_needed_import(context, mod, obj, asname)
+    module = AddImportsVisitor(context).transform_module(module)
+    if plan.unused_imports:
+        for mod, obj, asname in plan.unused_imports:
+            RemoveImportsVisitor.remove_unused_import(context, mod, obj, asname)
+        module = RemoveImportsVisitor(context).transform_module(module)
+    return module
+
+
+def _check_parses(code: str) -> None:
+    try:
+        cst.parse_module(code)
+    except cst.ParserSyntaxError as exc:  # pragma: no cover - a bug, tested via fixtures
+        raise IntroducedSyntaxError(
+            f"ddp-migrate produced code that does not parse ({_first_line(exc.message)}); nothing was written. "
+            "Please report this with the input file."
+        ) from None
+
+
+def _first_line(message: str) -> str:
+    return message.strip().splitlines()[0] if message.strip() else "invalid syntax"

@@ -15,3 +15,13 @@ class Options:
 
     select: Tuple[str, ...] = ()
     ignore: Tuple[str, ...] = ()
+
+    def enabled(self, code: str, name: str = "") -> bool:
+        """Is the rule with this code (and name) selected and not ignored?"""
+
+        def matches(selector: str) -> bool:
+            return code.startswith(selector.upper()) or (bool(name) and selector == name)
+
+        if self.select and not any(matches(s) for s in self.select):
+            return False
+        return not any(matches(s) for s in self.ignore)

@@ -1,8 +1,26 @@
-"""The rule registry: an explicit, ordered tuple. Order is the order rules are planned in."""
+"""The rule registry: an explicit, ordered tuple. Planning runs in this order.
+
+Each fixing rule module exposes `RULE` and `plan(facts, plan)`; advisories (DDP1xx) are
+reported by the rules that decline, and documented in `advisories`.
+"""
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Callable, Dict, Tuple
 
+from migrator.analysis import ScriptFacts
+from migrator.edits import Plan
 from migrator.rule import Rule
+from migrator.rules import advisories, device, process_group, shutdown, wrap_model
 
-RULES: Tuple[Rule, ...] = ()
+Planner = Callable[[ScriptFacts, Plan], None]
+
+# (rule, planner) in planning order: the setup is inserted before the device line, and so on.
+FIXERS: Tuple[Tuple[Rule, Planner], ...] = (
+    (process_group.RULE, process_group.plan),
+    (device.RULE, device.plan),
+    (wrap_model.RULE, wrap_model.plan),
+    (shutdown.RULE, shutdown.plan),
+)
+
+RULES: Tuple[Rule, ...] = tuple(rule for rule, _ in FIXERS) + advisories.RULES
+RULES_BY_CODE: Dict[str, Rule] = {rule.code: rule for rule in RULES}

@@ -1,0 +1,659 @@
+"""One read-only pass over a script: everything the rules need to know, found once.
+
+Rules never walk the tree themselves; they read `ScriptFacts`. Names are resolved with
+libcst's QualifiedNameProvider, so `nn.DataParallel`, `torch.nn.DataParallel` and
+`from torch.nn import DataParallel as DP` are the same thing here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, Union
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import (
+    CodeRange,
+    FunctionScope,
+    GlobalScope,
+    MetadataWrapper,
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedNameProvider,
+    Scope,
+    ScopeProvider,
+)
+
+from migrator import names as N
+
+Block = Union[cst.Module, cst.IndentedBlock]
+Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
+
+
+def code_of(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+# --------------------------------------------------------------------------- facts
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    """Where training starts, and so where the process group is set up and torn down.
+
+    kind: "function" (a main()-like function called from the launch block), "guard" (the body of
+    `if __name__ == "__main__":`) or "module" (a flat script with no guard).
+    """
+
+    kind: str
+    block: Block  # the block the setup goes into
+    anchor: Statement  # setup is inserted before this statement of `block`
+    training: Statement  # the first loop at or after the anchor: try/finally starts here (guard/module)
+    scope: Scope  # scope of `block`; `local_rank` is defined there
+    call_statement: Optional[Statement] = None  # for kind == "function": the launch statement calling it
+
+
+@dataclass(frozen=True)
+class DataParallelSite:
+    call: cst.Call  # the DataParallel(...) call
+    statement: Statement  # the statement holding it
+    target: Optional[str]  # "model" in `model = DP(...)`; None when not a plain assignment
+    inner: Optional[cst.BaseExpression]  # the module being wrapped
+    chained: Optional[cst.Call]  # `DP(m).cuda()` / `.to(dev)`: the outer call, to move inside the wrap
+    conditional: Optional[cst.If]  # `if torch.cuda.device_count() > 1: model = DP(model)`
+
+
+@dataclass(frozen=True)
+class ModelFact:
+    """A trained model: its parameters reach a torch.optim optimizer."""
+
+    expr: str  # "model", "self.model", "netG"
+    optimizer_call: cst.Call
+    definition: Optional[cst.SimpleStatementLine]  # the statement that builds it (None: came from a caller)
+    wrap_after: Optional[Statement]  # last statement preparing it (to/cuda/compile/load); the wrap goes after
+    dataparallel: Optional[DataParallelSite]
+    already_ddp: bool
+    scope: Optional[Scope]
+    device_expr: Optional[str] = None  # a torch.device variable visible where the model is built
+
+
+@dataclass(frozen=True)
+class DeviceLiteral:
+    """A "cuda" / "cuda:0" string that names the script's device."""
+
+    node: cst.SimpleString
+    conditional: bool  # already inside `... if <cond> else "cpu"`
+    scope: Scope
+    index_arg: Optional[cst.Arg] = None  # torch.device("cuda", 0): the index argument to drop
+
+
+@dataclass(frozen=True)
+class CudaCall:
+    """`x.cuda(...)` on a tensor or module."""
+
+    call: cst.Call
+    scope: Scope
+    guarded: bool  # under `if <something about cuda>:` so it only runs when CUDA is there
+    device_expr: Optional[str]  # a device variable usable at this point ("device", "self.device")
+    pinned: bool  # has a positional device index (`.cuda(0)`, `.cuda(args.gpu)`)
+
+
+@dataclass(frozen=True)
+class ImportNames:
+    """How the script spells the things the migration writes (its own aliases where it has them)."""
+
+    torch: str
+    torch_import_needed: bool
+    dist: str
+    dist_import_needed: bool
+    ddp: str
+    ddp_import_needed: bool
+    os_import_needed: bool
+
+
+@dataclass(frozen=True)
+class ScriptFacts:
+    module: cst.Module
+    positions: Mapping[cst.CSTNode, CodeRange]
+    entry: Optional[EntryPoint]
+    has_main_guard: bool
+    has_init_process_group: bool
+    has_destroy_process_group: bool
+    models: Tuple[ModelFact, ...]
+    dataparallel_sites: Tuple[DataParallelSite, ...]
+    device_literals: Tuple[DeviceLiteral, ...]
+    cuda_calls: Tuple[CudaCall, ...]
+    import_time_model: Optional[Statement]  # a model built at import time of a module with a main guard
+    device_var_needed: bool  # the setup must define `device` (unguarded .cuda() with no device variable)
+    device_var: Optional[str]  # the device variable of the entry scope, if the script has one
+    local_rank_at_module: Optional[Statement]  # a module-level device needs local_rank before this statement
+    names: ImportNames
+    dataparallel_imports: Tuple[Tuple[str, str, Optional[str]], ...]  # (module, name, asname) to drop if unused
+
+    def line_col(self, node: cst.CSTNode) -> Tuple[int, int]:
+        pos = self.positions.get(node)
+        return (pos.start.line, pos.start.column) if pos else (1, 0)
+
+    @property
+    def trains(self) -> bool:
+        return bool(self.models)
+
+    @property
+    def unrewritable_dataparallel(self) -> Tuple[DataParallelSite, ...]:
+        """DataParallel sites that do not wrap a traced, trained model (the file is then left alone)."""
+        traced = {model.expr for model in self.models if model.definition is not None}
+        return tuple(site for site in self.dataparallel_sites if site.target not in traced)
+
+    def local_rank_visible(self, scope: Optional[Scope]) -> bool:
+        """Will the `local_rank` variable written by the setup be visible from `scope`?"""
+        if self.entry is None or scope is None:
+            return False
+        if self.local_rank_at_module is not None or isinstance(self.entry.scope, GlobalScope):
+            # A module global: visible from every function that does not shadow it.
+            return "local_rank" not in _local_names(scope) or scope is self.entry.scope
+        return scope is self.entry.scope
+
+
+def _local_names(scope: Scope) -> Set[str]:
+    return {a.name for a in scope.assignments if a.scope is scope}
+
+
+# --------------------------------------------------------------------------- analysis
+
+
+class _Collector(cst.CSTVisitor):
+    """The single traversal. Collects raw sites; `analyze` turns them into facts."""
+
+    def __init__(self, qualified_names: Mapping[cst.CSTNode, Set]) -> None:
+        super().__init__()
+        self.qualified_names = qualified_names
+        self.calls_by_qname: Dict[str, List[cst.Call]] = {}
+        self.optimizer_calls: List[Tuple[cst.Call, str]] = []
+        self.cuda_calls: List[cst.Call] = []
+        self.device_strings: List[cst.SimpleString] = []
+        self.main_guards: List[cst.If] = []
+        self.imports: List[Union[cst.Import, cst.ImportFrom]] = []
+        self.assignments: List[Tuple[str, cst.SimpleStatementLine]] = []
+        self.expr_calls: List[Tuple[str, str, cst.SimpleStatementLine]] = []  # (receiver, method, statement)
+
+    def qnames(self, node: cst.CSTNode) -> Set[str]:
+        value = self.qualified_names.get(node, ())
+        if callable(value):  # libcst computes qualified names lazily
+            value = value()
+        return {q.name for q in value}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        for qname in self.qnames(node.func):
+            self.calls_by_qname.setdefault(qname, []).append(node)
+            if N.is_optimizer(qname):
+                self.optimizer_calls.append((node, qname))
+        if m.matches(node.func, m.Attribute(attr=m.Name("cuda"))) and "torch" not in self.qnames(node.func.value):  # type: ignore[attr-defined]
+            self.cuda_calls.append(node)
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        if N.is_cuda_string(node):
+            self.device_strings.append(node)
+
+    def visit_If(self, node: cst.If) -> None:
+        if m.matches(node.test, N.MAIN_GUARD):
+            self.main_guards.append(node)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self.imports.append(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.imports.append(node)
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        for small in node.body:
+            if isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+                targets = (
+                    [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+                )
+                for target in targets:
+                    self.assignments.append((code_of(target), node))
+            elif isinstance(small, cst.Expr) and m.matches(small.value, m.Call(func=m.Attribute())):
+                func = small.value.func  # type: ignore[attr-defined]
+                self.expr_calls.append((code_of(func.value), func.attr.value, node))
+
+
+def analyze(module: cst.Module) -> ScriptFacts:
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    metadata = wrapper.resolve_many([QualifiedNameProvider, ScopeProvider, ParentNodeProvider, PositionProvider])
+    collector = _Collector(metadata[QualifiedNameProvider])
+    module.visit(collector)
+    return _Analysis(module, metadata, collector).facts()
+
+
+class _Analysis:
+    """Turns the collected sites into facts. Read-only; small named steps."""
+
+    def __init__(self, module: cst.Module, metadata, c: _Collector) -> None:
+        self.module = module
+        self.c = c
+        self.parents = metadata[ParentNodeProvider]
+        self.scopes = metadata[ScopeProvider]
+        self.positions = metadata[PositionProvider]
+
+    # -- tree helpers ---------------------------------------------------------------
+    def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        return self.parents.get(node)
+
+    def ancestors(self, node: cst.CSTNode):
+        node = self.parent(node)
+        while node is not None:
+            yield node
+            node = self.parent(node)
+
+    def statement_of(self, node: cst.CSTNode) -> Optional[Statement]:
+        for anc in [node, *self.ancestors(node)]:
+            if isinstance(anc, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                return anc  # type: ignore[return-value]
+        return None
+
+    def block_of(self, statement: cst.CSTNode) -> Optional[Block]:
+        parent = self.parent(statement)
+        return parent if isinstance(parent, (cst.Module, cst.IndentedBlock)) else None
+
+    def scope_of(self, node: cst.CSTNode) -> Optional[Scope]:
+        return self.scopes.get(node)
+
+    def enclosing_function(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
+        return next((a for a in self.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+
+    def enclosing_class(self, node: cst.CSTNode) -> Optional[cst.ClassDef]:
+        return next((a for a in self.ancestors(node) if isinstance(a, cst.ClassDef)), None)
+
+    def calls(self, qnames: FrozenSet[str]) -> List[cst.Call]:
+        return [call for q in qnames for call in self.c.calls_by_qname.get(q, [])]
+
+    # -- facts ------------------------------------------------------------------------
+    def facts(self) -> ScriptFacts:
+        guard = self.c.main_guards[0] if self.c.main_guards else None
+        dp_sites = tuple(self.dataparallel_site(call) for call in self.calls(N.DATAPARALLEL))
+        ddp_targets = self.ddp_wrapped_targets()
+        models = self.trained_models(dp_sites, ddp_targets)
+        import_time_model = self.import_time_model(guard, models)
+        entry = None if import_time_model is not None else self.entry_point(guard, models)
+        device_var = self.entry_device_var(entry)
+        cuda_calls = tuple(self.cuda_call(call) for call in self.c.cuda_calls if not self.is_chained_dp(call, dp_sites))
+        device_var_needed = device_var is None and entry is not None and any(
+            not c.guarded and not c.pinned and c.scope is entry.scope for c in cuda_calls
+        )
+        if device_var_needed:
+            device_var = "device"
+            cuda_calls = tuple(self.with_entry_device(c, entry) for c in cuda_calls)
+            models = tuple(
+                replace(m_, device_expr="device") if m_.device_expr is None and m_.scope is entry.scope else m_
+                for m_ in models
+            )
+        facts = ScriptFacts(
+            module=self.module,
+            positions=self.positions,
+            entry=entry,
+            has_main_guard=guard is not None,
+            has_init_process_group=bool(self.calls(N.INIT_PROCESS_GROUP)),
+            has_destroy_process_group=bool(self.calls(N.DESTROY_PROCESS_GROUP)),
+            models=models,
+            dataparallel_sites=dp_sites,
+            device_literals=tuple(filter(None, (self.device_literal(s) for s in self.c.device_strings))),
+            cuda_calls=cuda_calls,
+            import_time_model=import_time_model,
+            device_var_needed=device_var_needed,
+            device_var=device_var,
+            local_rank_at_module=self.module_level_device_statement(entry),
+            names=self.import_names(),
+            dataparallel_imports=self.dataparallel_imports(),
+        )
+        return facts
+
+    # -- entry point -------------------------------------------------------------------
+    def entry_point(self, guard: Optional[cst.If], models: Tuple[ModelFact, ...]) -> Optional[EntryPoint]:
+        sites = [m_.definition for m_ in models if m_.definition is not None]
+        if not sites:
+            return None
+        launch_block: Block = guard.body if guard is not None else self.module  # type: ignore[assignment]
+        # 1. Training written straight into the guard body (or, without a guard, at module level).
+        direct = [s for s in sites if self.top_statement_in(s, launch_block) is not None]
+        if direct:
+            kind = "guard" if guard is not None else "module"
+            return self.entry_in_block(kind, launch_block, None)
+        # 2. A function called from the launch block that (transitively) builds the model.
+        functions = {f.name.value: f for f in self.module.body if isinstance(f, (cst.FunctionDef, cst.ClassDef))}
+        for statement in launch_block.body:
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                continue
+            for name in _called_names(statement):
+                target = functions.get(name)
+                if isinstance(target, cst.FunctionDef) and self.reaches(target, sites, functions, set()):
+                    return self.entry_in_block("function", target.body, statement)  # type: ignore[arg-type]
+        return None
+
+    def import_time_model(self, guard: Optional[cst.If], models: Tuple[ModelFact, ...]) -> Optional[Statement]:
+        """A model built at module level although the module has a main guard.
+
+        The setup cannot go there: DataLoader workers started with spawn/forkserver re-import the
+        main module, and would each try to join the process group.
+        """
+        if guard is None:
+            return None
+        return next(
+            (m_.definition for m_ in models if m_.definition is not None and self.parent(m_.definition) is self.module),
+            None,
+        )
+
+    def top_statement_in(self, node: cst.CSTNode, block: Block) -> Optional[Statement]:
+        """The statement of `block` that contains `node`, unless a def/class lies in between."""
+        for anc in [node, *self.ancestors(node)]:
+            if isinstance(anc, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                return None
+            if self.parent(anc) is block:
+                return anc  # type: ignore[return-value]
+        return None
+
+    def reaches(self, fn: cst.CSTNode, sites, functions, seen: Set[str]) -> bool:
+        if any(anc is fn for s in sites for anc in self.ancestors(s)):
+            return True
+        name = fn.name.value  # type: ignore[attr-defined]
+        seen.add(name)
+        return any(
+            callee in functions and callee not in seen and self.reaches(functions[callee], sites, functions, seen)
+            for callee in _referenced_names(fn)
+        )
+
+    def entry_in_block(self, kind: str, block: Block, call_statement: Optional[Statement]) -> EntryPoint:
+        body = list(block.body)
+        index = 0
+        while index < len(body) - 1 and N.is_preamble(body[index], module_level=isinstance(block, cst.Module)):
+            index += 1
+        scope = self.scope_of(body[index])
+        training = next((s for s in body[index:] if isinstance(s, (cst.For, cst.While))), body[index])
+        return EntryPoint(kind, block, body[index], training, scope, call_statement)  # type: ignore[arg-type]
+
+    # -- models ------------------------------------------------------------------------
+    def dataparallel_site(self, call: cst.Call) -> DataParallelSite:
+        statement = self.statement_of(call)
+        chained = None
+        parent = self.parent(call)
+        if isinstance(parent, cst.Attribute) and parent.attr.value in N.MOVE_METHODS:
+            outer = self.parent(parent)
+            if isinstance(outer, cst.Call) and outer.func is parent:
+                chained = outer
+        top = chained or call
+        target = None
+        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+            small = statement.body[0]
+            if isinstance(small, cst.Assign) and small.value is top and len(small.targets) == 1:
+                target = code_of(small.targets[0].target)
+        inner = call.args[0].value if call.args and call.args[0].keyword is None else None
+        conditional = None
+        owner = self.parent(self.block_of(statement)) if statement is not None else None
+        if isinstance(owner, cst.If) and owner.orelse is None and N.is_gpu_count_test(owner.test):
+            others = [s for s in owner.body.body if s is not statement]
+            if all(N.is_log_statement(s) for s in others):
+                conditional = owner
+        return DataParallelSite(call, statement, target, inner, chained, conditional)  # type: ignore[arg-type]
+
+    def is_chained_dp(self, cuda_call: cst.Call, dp_sites: Sequence[DataParallelSite]) -> bool:
+        return any(site.chained is cuda_call for site in dp_sites)
+
+    def ddp_wrapped_targets(self) -> Set[str]:
+        targets = set()
+        for call in self.calls(N.DDP):
+            if call.args:
+                targets.add(code_of(call.args[0].value))
+            statement = self.statement_of(call)
+            if isinstance(statement, cst.SimpleStatementLine):
+                for small in statement.body:
+                    if isinstance(small, cst.Assign):
+                        targets.update(code_of(t.target) for t in small.targets)
+        return targets
+
+    def trained_models(self, dp_sites, ddp_targets: Set[str]) -> Tuple[ModelFact, ...]:
+        models: Dict[str, ModelFact] = {}
+        for call, _ in self.c.optimizer_calls:
+            for expr in _parameter_owners(call):
+                if expr in models:
+                    continue
+                definition = self.model_definition(expr, call)
+                dp = next((s for s in dp_sites if s.target == expr), None)
+                models[expr] = ModelFact(
+                    expr=expr,
+                    optimizer_call=call,
+                    definition=definition,
+                    wrap_after=self.last_preparation(expr, definition) if definition is not None else None,
+                    dataparallel=dp,
+                    already_ddp=expr in ddp_targets,
+                    scope=self.scope_of(definition) if definition is not None else None,
+                    device_expr=self.device_expr_at(definition, typed=True) if definition is not None else None,
+                )
+        return tuple(models.values())
+
+    def model_definition(self, expr: str, optimizer_call: cst.Call) -> Optional[cst.SimpleStatementLine]:
+        """The first statement assigning `expr` in the optimizer's function (or class, for self.x)."""
+        container: cst.CSTNode = self.enclosing_function(optimizer_call) or self.module
+        if expr.startswith("self."):
+            container = self.enclosing_class(optimizer_call) or container
+        for target, statement in self.c.assignments:
+            if target == expr and any(a is container for a in self.ancestors(statement)):
+                if not isinstance(self.block_of(statement), (cst.Module, cst.IndentedBlock)):
+                    continue
+                return statement
+        return None
+
+    def last_preparation(self, expr: str, definition: cst.SimpleStatementLine) -> Statement:
+        """Walk forward from the definition over statements that still prepare the model."""
+        block = self.block_of(definition)
+        body = list(block.body)  # type: ignore[union-attr]
+        last: Statement = definition
+        for statement in body[body.index(definition) + 1 :]:
+            if isinstance(statement, cst.If) and self.is_dataparallel_if(statement):
+                last = statement
+                continue
+            if not isinstance(statement, cst.SimpleStatementLine):
+                break
+            assigned = [t for t, s in self.c.assignments if s is statement]
+            called = [(r, meth) for r, meth, s in self.c.expr_calls if s is statement]
+            if expr in assigned or any(r == expr and meth in N.PREPARE_METHODS for r, meth in called):
+                last = statement
+        return last
+
+    def is_dataparallel_if(self, statement: cst.If) -> bool:
+        return any(anc is statement for call in self.calls(N.DATAPARALLEL) for anc in self.ancestors(call))
+
+    # -- devices -----------------------------------------------------------------------
+    def device_literal(self, node: cst.SimpleString) -> Optional[DeviceLiteral]:
+        parent = self.parent(node)
+        conditional = isinstance(parent, cst.IfExp) and parent.body is node and N.is_cpu_string(parent.orelse)
+        holder = parent if conditional else node
+        arg = self.parent(holder)
+        scope = self.scope_of(node)
+        if isinstance(arg, cst.Arg) and arg.keyword is None:
+            call = self.parent(arg)
+            if isinstance(call, cst.Call) and call.args and call.args[0] is arg:
+                qnames = self.c.qnames(call.func)
+                if qnames & N.TORCH_DEVICE:
+                    index = call.args[1] if len(call.args) > 1 and call.args[1].keyword is None else None
+                    return DeviceLiteral(node, conditional, scope, index)  # type: ignore[arg-type]
+                if m.matches(call.func, m.Attribute(attr=m.Name("to"))):
+                    return DeviceLiteral(node, conditional, scope)  # type: ignore[arg-type]
+            return None
+        if isinstance(arg, cst.Assign) and any("device" in code_of(t.target) for t in arg.targets):
+            return DeviceLiteral(node, conditional, scope)  # type: ignore[arg-type]
+        return None
+
+    def is_torch_device_call(self, value: Optional[cst.CSTNode]) -> bool:
+        return isinstance(value, cst.Call) and bool(self.c.qnames(value.func) & N.TORCH_DEVICE)
+
+    def device_assignments(self) -> List[Tuple[str, cst.SimpleStatementLine]]:
+        """Assignments of the script's device variables: `device = torch.device(...)` or a "cuda" string."""
+        found = []
+        for target, statement in self.c.assignments:
+            small = statement.body[0]
+            value = getattr(small, "value", None)
+            if value is None:
+                continue
+            if self.is_torch_device_call(value) or (
+                "device" in target and any(s in self.c.device_strings for s in _strings_in(value))
+            ):
+                found.append((target, statement))
+        return found
+
+    def entry_device_var(self, entry: Optional[EntryPoint]) -> Optional[str]:
+        if entry is None:
+            return None
+        for target, statement in self.device_assignments():
+            scope = self.scope_of(statement)
+            if "." not in target and scope is not None and (scope is entry.scope or isinstance(scope, GlobalScope)):
+                return target
+        return None
+
+    def module_level_device_statement(self, entry: Optional[EntryPoint]) -> Optional[Statement]:
+        """A module-level device assignment in a script whose setup runs in a function.
+
+        The device then needs `local_rank` at import time: reading an environment variable
+        there is harmless, unlike setting up the process group.
+        """
+        if entry is None or entry.kind == "module":
+            return None
+        for target, statement in self.device_assignments():
+            if self.parent(statement) is self.module and any(
+                literal.node in self.c.device_strings for literal in _strings_in(statement)
+            ):
+                return statement
+        return None
+
+    def device_expr_at(self, node: cst.CSTNode, typed: bool = False) -> Optional[str]:
+        """A device variable that code at `node` can use (`typed`: a torch.device, which has `.type`)."""
+        scope = self.scope_of(node)
+        if scope is None:
+            return None
+        for target, statement in self.device_assignments():
+            if typed and not self.is_torch_device_call(getattr(statement.body[0], "value", None)):
+                continue
+            if "." in target:
+                # self.device: usable in the methods of the class that assigns it.
+                cls = self.enclosing_class(statement)
+                if target.startswith("self.") and cls is not None and cls is self.enclosing_class(node):
+                    return target
+                continue
+            if target in scope and any(a.node is statement.body[0] or a.node in _targets(statement) for a in scope[target]):
+                return target
+        if not typed and isinstance(scope, FunctionScope) and "device" in scope and any(
+            isinstance(a.node, cst.Param) for a in scope["device"]
+        ):
+            return "device"
+        return None
+
+    def cuda_call(self, call: cst.Call) -> CudaCall:
+        guarded = any(
+            (isinstance(anc, cst.If) and N.mentions_cuda(anc.test) and not self.in_orelse(call, anc))
+            or (isinstance(anc, cst.IfExp) and N.mentions_cuda(anc.test))
+            for anc in self.ancestors(call)
+        )
+        pinned = bool(call.args) and call.args[0].keyword is None
+        return CudaCall(call, self.scope_of(call), guarded, self.device_expr_at(call), pinned)  # type: ignore[arg-type]
+
+    def with_entry_device(self, cuda_call: CudaCall, entry: EntryPoint) -> CudaCall:
+        """Once the setup defines `device`, code in the entry scope can use it."""
+        visible = cuda_call.scope is entry.scope or isinstance(entry.scope, GlobalScope)
+        if cuda_call.device_expr is None and visible:
+            return CudaCall(cuda_call.call, cuda_call.scope, cuda_call.guarded, "device", cuda_call.pinned)
+        return cuda_call
+
+    def in_orelse(self, node: cst.CSTNode, if_node: cst.If) -> bool:
+        return if_node.orelse is not None and any(a is if_node.orelse for a in self.ancestors(node))
+
+    # -- imports -----------------------------------------------------------------------
+    def import_names(self) -> ImportNames:
+        bound = _bound_imports(self.c.imports)
+        torch = bound.get("torch")
+        dist = bound.get("torch.distributed")
+        ddp = bound.get("torch.nn.parallel.DistributedDataParallel") or bound.get(
+            "torch.nn.parallel.distributed.DistributedDataParallel"
+        )
+        taken = _module_names(self.scopes.get(self.module) or self.scope_of(self.module.body[0]) if self.module.body else None)
+        return ImportNames(
+            torch=torch or "torch",
+            torch_import_needed=torch is None,
+            dist=dist or ("dist" if "dist" not in taken else f"{torch or 'torch'}.distributed"),
+            dist_import_needed=dist is None and "dist" not in taken,
+            ddp=ddp or ("DDP" if "DDP" not in taken else "DistributedDataParallel"),
+            ddp_import_needed=ddp is None,
+            os_import_needed="os" not in bound,
+        )
+
+    def dataparallel_imports(self) -> Tuple[Tuple[str, str, Optional[str]], ...]:
+        found = []
+        for node in self.c.imports:
+            if isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar) and node.module:
+                module = code_of(node.module)
+                for alias in node.names:
+                    if f"{module}.{code_of(alias.name)}" in N.DATAPARALLEL:
+                        asname = code_of(alias.asname.name) if alias.asname else None
+                        found.append((module, code_of(alias.name), asname))
+        return tuple(found)
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def _parameter_owners(optimizer_call: cst.Call) -> List[str]:
+    """`model` in optim.SGD(model.parameters()), [{"params": model.parameters()}], filter(..., m.parameters())."""
+    owners: List[str] = []
+    if not optimizer_call.args:
+        return owners
+    params = optimizer_call.args[0].value
+    for call in m.findall(params, m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))):
+        owner = code_of(call.func.value)  # type: ignore[attr-defined]
+        if owner not in owners:
+            owners.append(owner)
+    return owners
+
+
+def _called_names(node: cst.CSTNode) -> List[str]:
+    return [call.func.value for call in m.findall(node, m.Call(func=m.Name()))]  # type: ignore[attr-defined]
+
+
+def _referenced_names(node: cst.CSTNode) -> Set[str]:
+    return {name.value for name in m.findall(node, m.Name())}  # type: ignore[attr-defined]
+
+
+def _strings_in(node: cst.CSTNode) -> List[cst.SimpleString]:
+    return list(m.findall(node, m.SimpleString()))  # type: ignore[arg-type]
+
+
+def _targets(statement: cst.SimpleStatementLine) -> List[cst.CSTNode]:
+    small = statement.body[0]
+    if isinstance(small, cst.Assign):
+        return [t.target for t in small.targets]
+    target = getattr(small, "target", None)
+    return [target] if target is not None else []
+
+
+def _module_names(scope: Optional[Scope]) -> Set[str]:
+    if scope is None:
+        return set()
+    return {a.name for a in scope.assignments}
+
+
+def _bound_imports(imports) -> Dict[str, str]:
+    """Qualified name -> the local name it is bound to, for top-level-style imports."""
+    bound: Dict[str, str] = {}
+    for node in imports:
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                full = code_of(alias.name)
+                if alias.asname is not None:
+                    bound.setdefault(full, code_of(alias.asname.name))
+                else:
+                    bound.setdefault(full, full)
+                    bound.setdefault(full.split(".")[0], full.split(".")[0])
+        elif isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
+            if isinstance(node.names, cst.ImportStar):
+                continue
+            module = code_of(node.module)
+            for alias in node.names:
+                name = code_of(alias.name)
+                local = code_of(alias.asname.name) if alias.asname else name
+                bound.setdefault(f"{module}.{name}", local)
+    return bound

@@ -1,0 +1,104 @@
+"""The plan rules write into, and the one transformer that carries it out.
+
+Rules never transform the tree themselves: they say *what* to change, keyed by nodes of the
+original tree (replace this node, insert these statements before/after that one, wrap the
+tail of that block in try/finally). `apply` does it all in a single traversal, so rules
+compose without seeing each other's intermediate trees.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
+
+import libcst as cst
+
+from migrator.types import Change, Diagnostic
+
+Replacer = Callable[[cst.CSTNode], Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]]
+
+
+@dataclass
+class Plan:
+    """Everything one migrate() call decided. Created per call; never shared."""
+
+    replacements: Dict[cst.CSTNode, List[Replacer]] = field(default_factory=dict)
+    before: Dict[cst.CSTNode, List[cst.BaseStatement]] = field(default_factory=dict)
+    after: Dict[cst.CSTNode, List[cst.BaseStatement]] = field(default_factory=dict)
+    wrap_tail: Dict[cst.CSTNode, Tuple[cst.CSTNode, List[cst.BaseStatement]]] = field(default_factory=dict)
+    imports: List[Tuple[str, Optional[str], Optional[str]]] = field(default_factory=list)  # module, obj, asname
+    unused_imports: List[Tuple[str, str, Optional[str]]] = field(default_factory=list)
+    changes: List[Change] = field(default_factory=list)
+    diagnostics: List[Diagnostic] = field(default_factory=list)
+
+    def replace(self, node: cst.CSTNode, replacer: Replacer) -> None:
+        self.replacements.setdefault(node, []).append(replacer)
+
+    def insert_before(self, statement: cst.CSTNode, statements: Sequence[cst.BaseStatement]) -> None:
+        self.before.setdefault(statement, []).extend(statements)
+
+    def insert_after(self, statement: cst.CSTNode, statements: Sequence[cst.BaseStatement]) -> None:
+        self.after.setdefault(statement, []).extend(statements)
+
+    def try_finally_from(self, block: cst.CSTNode, first: cst.CSTNode, final: Sequence[cst.BaseStatement]) -> None:
+        """Run `block` from `first` to its end in `try:`, with `final` in `finally:`."""
+        self.wrap_tail[block] = (first, list(final))
+
+    def need_import(self, module: str, obj: Optional[str] = None, asname: Optional[str] = None) -> None:
+        if (module, obj, asname) not in self.imports:
+            self.imports.append((module, obj, asname))
+
+    @property
+    def empty(self) -> bool:
+        return not (self.replacements or self.before or self.after or self.wrap_tail)
+
+
+class _Applier(cst.CSTTransformer):
+    def __init__(self, plan: Plan) -> None:
+        super().__init__()
+        self.plan = plan
+        self.produced: Dict[cst.CSTNode, cst.CSTNode] = {}  # original statement -> updated statement
+        self.wrap_firsts: Set[cst.CSTNode] = {first for first, _ in plan.wrap_tail.values()}
+
+    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):  # type: ignore[override]
+        result = updated
+        for replacer in self.plan.replacements.get(original, ()):
+            result = replacer(result)  # type: ignore[assignment]
+        if original in self.plan.wrap_tail:
+            result = self._wrap_tail(original, result)
+        if original in self.wrap_firsts:
+            self.produced[original] = result
+        before = self.plan.before.get(original, [])
+        after = self.plan.after.get(original, [])
+        if before or after:
+            if isinstance(result, cst.BaseStatement):
+                return cst.FlattenSentinel([*before, result, *after])
+            if isinstance(result, cst.RemovalSentinel):
+                return cst.FlattenSentinel([*before, *after])
+        return result
+
+    def _wrap_tail(self, original: cst.CSTNode, updated):
+        first, final = self.plan.wrap_tail[original]
+        body = list(updated.body)
+        start = next(i for i, s in enumerate(body) if s is self.produced[first])
+        tail = [_unindent_blank_lines(s) for s in body[start:]]
+        # A comment above the first wrapped statement stays above the `try:`.
+        leading = tail[0].leading_lines
+        tail[0] = tail[0].with_changes(leading_lines=())
+        wrapped = cst.Try(
+            body=cst.IndentedBlock(body=tail),
+            finalbody=cst.Finally(body=cst.IndentedBlock(body=final)),
+            leading_lines=leading,
+        )
+        return updated.with_changes(body=[*body[:start], wrapped])
+
+
+def _unindent_blank_lines(statement):
+    """Blank lines above a statement moved into a deeper block stay empty (no trailing spaces)."""
+    lines = [
+        line.with_changes(indent=False) if line.comment is None else line for line in statement.leading_lines
+    ]
+    return statement.with_changes(leading_lines=lines)
+
+
+def apply(module: cst.Module, plan: Plan) -> cst.Module:
+    return module.visit(_Applier(plan))  # type: ignore[return-value]

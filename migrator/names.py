@@ -1,0 +1,137 @@
+"""What torch things are called, and small syntactic predicates shared by the analysis.
+
+Qualified names come from libcst's QualifiedNameProvider, so every import spelling of a
+name resolves to one of these strings. The tool never imports torch.
+"""
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+import libcst.matchers as m
+
+DATAPARALLEL = frozenset(
+    {
+        "torch.nn.DataParallel",
+        "torch.nn.parallel.DataParallel",
+        "torch.nn.parallel.data_parallel.DataParallel",
+    }
+)
+DDP = frozenset(
+    {
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.parallel.distributed.DistributedDataParallel",
+    }
+)
+INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group"})
+DESTROY_PROCESS_GROUP = frozenset({"torch.distributed.destroy_process_group"})
+TORCH_DEVICE = frozenset({"torch.device"})
+
+# Methods that still "prepare" a model after it is built: the DDP wrap goes after them
+# (DDP must see the module on its final device, and weights load without a `module.` prefix).
+MOVE_METHODS = frozenset({"to", "cuda"})
+PREPARE_METHODS = MOVE_METHODS | frozenset(
+    {"load_state_dict", "apply", "float", "half", "double", "bfloat16", "train", "init_weights", "reset_parameters"}
+)
+
+_NOT_OPTIMIZERS = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
+_CUDA_DEVICE = re.compile(r"""^[rRuU]?(['"])cuda(:\d+)?\1$""")
+_CPU_DEVICE = re.compile(r"""^[rRuU]?(['"])cpu\1$""")
+
+MAIN_GUARD = m.Comparison(
+    left=m.Name("__name__"),
+    comparisons=[m.ComparisonTarget(operator=m.Equal(), comparator=m.SimpleString(value=m.MatchRegex(r"^['\"]__main__['\"]$")))],
+)
+_ARGPARSE_METHODS = frozenset(
+    {
+        "ArgumentParser",
+        "add_argument",
+        "add_argument_group",
+        "add_mutually_exclusive_group",
+        "set_defaults",
+        "parse_args",
+        "parse_known_args",
+    }
+)
+_LOG_FUNCTIONS = frozenset({"print", "info", "warning", "debug", "log", "write"})
+
+
+def is_optimizer(qname: str) -> bool:
+    """torch.optim.SGD and friends (their parameters are what is being trained)."""
+    return qname.startswith("torch.optim.") and not qname.startswith(_NOT_OPTIMIZERS) and qname[12:13].isupper()
+
+
+def is_cuda_string(node: cst.SimpleString) -> bool:
+    return bool(_CUDA_DEVICE.match(node.value))
+
+
+def is_cpu_string(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.SimpleString) and bool(_CPU_DEVICE.match(node.value))
+
+
+def _identifiers(node: cst.CSTNode):
+    for found in m.findall(node, m.Name() | m.SimpleString()):
+        yield found.value.lower()  # type: ignore[attr-defined]
+
+
+def mentions_cuda(test: cst.BaseExpression) -> bool:
+    """`torch.cuda.is_available()`, `args.cuda`, `use_cuda`, `device.type == "cuda"`, `ngpu > 0`..."""
+    return any("cuda" in word or "gpu" in word for word in _identifiers(test))
+
+
+def is_gpu_count_test(test: cst.BaseExpression) -> bool:
+    """`torch.cuda.device_count() > 1`, `ngpu > 1`, `len(args.gpus) > 1`, `args.multi_gpu`..."""
+    return mentions_cuda(test)
+
+
+def is_log_statement(statement: cst.CSTNode) -> bool:
+    """A statement that only prints or logs (e.g. "Let's use 4 GPUs!")."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    return all(
+        isinstance(small, cst.Expr)
+        and isinstance(small.value, cst.Call)
+        and (
+            m.matches(small.value.func, m.Name())
+            and small.value.func.value in _LOG_FUNCTIONS  # type: ignore[attr-defined]
+            or m.matches(small.value.func, m.Attribute())
+            and small.value.func.attr.value in _LOG_FUNCTIONS  # type: ignore[attr-defined]
+        )
+        for small in statement.body
+    )
+
+
+def _is_argparse(statement: cst.SimpleStatementLine) -> bool:
+    calls = m.findall(statement, m.Call())
+    if not calls:
+        return False
+    for call in calls:
+        func = call.func  # type: ignore[attr-defined]
+        name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
+        if name in _ARGPARSE_METHODS:
+            return True
+    return False
+
+
+def is_preamble(statement: cst.CSTNode, module_level: bool) -> bool:
+    """Statements the process-group setup may come after: docstrings, imports, argument parsing.
+
+    At module level (flat scripts) definitions and constants are preamble too.
+    """
+    if isinstance(statement, cst.SimpleStatementLine):
+        small = statement.body[0]
+        if isinstance(small, (cst.Import, cst.ImportFrom, cst.Global, cst.Nonlocal, cst.Pass)):
+            return True
+        if isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString)):
+            return True
+        if _is_argparse(statement):
+            return True
+        if module_level and isinstance(small, (cst.Assign, cst.AnnAssign)):
+            value = small.value
+            return value is not None and not m.findall(value, m.Call())
+        return False
+    if module_level and isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+        return True
+    if module_level and isinstance(statement, (cst.Try, cst.If)) and not m.findall(statement, m.Call()):
+        return True
+    return False

@@ -1,0 +1,63 @@
+"""Building the statements and expressions the rules insert.
+
+Templates are *our* code, filled with names the analysis resolved (the script's own
+aliases); they are parsed with the script's own config so indentation and newlines match.
+"""
+from __future__ import annotations
+
+from typing import List
+
+import libcst as cst
+
+from migrator.analysis import ScriptFacts
+
+
+def statements(facts: ScriptFacts, source: str, **names: str) -> List[cst.BaseStatement]:
+    config = facts.module.config_for_parsing
+    nl = facts.module.default_newline
+    indent = facts.module.default_indent
+    text = source.format(**names).replace("\t", indent).replace("\n", nl)
+    module = cst.parse_module(text, config=config)
+    body = list(module.body)
+    if module.header and body:
+        # A comment opening the template belongs to its first statement, not to a module header.
+        body[0] = body[0].with_changes(leading_lines=[*module.header, *body[0].leading_lines])
+    return body
+
+
+def expression(facts: ScriptFacts, source: str, **names: str) -> cst.BaseExpression:
+    text = source.format(**names) if names else source
+    return cst.parse_expression(text, config=facts.module.config_for_parsing)
+
+
+def device_ids(facts: ScriptFacts, scope, device_expr=None) -> str:
+    """`device_ids` for DDP: this process's GPU on CUDA, None on CPU (DDP requires None there).
+
+    When the model's own device variable is known, its type decides: a script run with
+    --no-cuda on a GPU machine keeps the model on the CPU, and DDP must then get None.
+    """
+    torch = facts.names.torch
+    rank = "local_rank" if facts.local_rank_visible(scope) else f"{torch}.cuda.current_device()"
+    on_cuda = f'{device_expr}.type == "cuda"' if device_expr else f"{torch}.cuda.is_available()"
+    return f"[{rank}] if {on_cuda} else None"
+
+
+def location(facts: ScriptFacts, node: cst.CSTNode):
+    return facts.line_col(node)
+
+
+def set_apart(statements: List[cst.BaseStatement], anchor: cst.BaseStatement) -> List[cst.BaseStatement]:
+    """Give inserted statements the blank lines the anchor has above its own comments.
+
+    The anchor keeps its lines too, so the inserted block stands apart instead of sticking
+    to whatever came before it (the end of a function, say).
+    """
+    blanks = []
+    for line in anchor.leading_lines:
+        if line.comment is not None:
+            break
+        blanks.append(line)
+    if not statements or not blanks:
+        return statements
+    first = statements[0]
+    return [first.with_changes(leading_lines=[*blanks, *first.leading_lines]), *statements[1:]]

@@ -1,0 +1,199 @@
+"""DDP1xx: what the tool declines to rewrite, each with a place and a hint. Report only."""
+from __future__ import annotations
+
+from migrator.rule import Example, Rule
+
+NO_ENTRY_POINT = Rule(
+    code="DDP101",
+    name="no-entry-point",
+    summary="training found but no entry point to set up the process group in; migrate by hand",
+    what="""
+The script trains a model (an optimizer gets its parameters) but the tool cannot tell where
+training starts: no `if __name__ == "__main__":` guard calling the function that builds the
+model, and no module-level training code. Nothing in the file is changed.""",
+    why="""
+The process group must be set up once per process, before the model is wrapped, and never at
+import time of a library module. Guessing the place could set it up twice or not at all.""",
+    fix="Call the training function from `if __name__ == \"__main__\":`, or run ddp-migrate on the script that does.",
+    fix_safety="Not fixable automatically.",
+    fixable=False,
+    examples=(
+        Example(
+            id="library-module",
+            before='''import torch
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model.cuda()
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+''',
+            diagnostics=("DDP101",),
+        ),
+    ),
+)
+
+CUDA_CALL_LEFT = Rule(
+    code="DDP102",
+    name="cuda-call-without-device",
+    summary=".cuda() with no device variable in reach: left as is; pass the device and use .to(device)",
+    what="""
+An unconditional `.cuda()` (or a `.cuda(0)` that pins one GPU) in a function where no device
+variable is in reach. After `torch.cuda.set_device(local_rank)` a bare `.cuda()` lands on the
+right GPU, so it is left alone, but it cannot run on a CPU-only machine, and `.cuda(0)` puts
+every process on GPU 0.""",
+    why="Every process must use its own device; tests on CPU runners need a CPU fallback.",
+    fix="Pass the device into the function and call `.to(device)`.",
+    fix_safety="Not fixable automatically.",
+    fixable=False,
+    examples=(
+        Example(
+            id="helper-without-device",
+            before='''import torch
+
+
+def evaluate(model, x):
+    return model(x.cuda(0))
+
+
+def main():
+    device = torch.device("cuda")
+    model = torch.nn.Linear(4, 2).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    evaluate(model, torch.randn(2, 4))
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def evaluate(model, x):
+    return model(x.cuda(0))
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
+    model = torch.nn.Linear(4, 2).to(device)
+    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    evaluate(model, torch.randn(2, 4))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+            diagnostics=("DDP102",),
+        ),
+    ),
+)
+
+DATAPARALLEL_SHAPE = Rule(
+    code="DDP103",
+    name="dataparallel-unsupported",
+    summary="DataParallel used in a way the tool cannot rewrite safely; wrap the model in DDP by hand",
+    what="""
+A `DataParallel(...)` call that is not the value of a plain assignment (`model = DataParallel(model)`),
+possibly chained with `.to(device)` / `.cuda()`, or that wraps a model no optimizer trains.""",
+    why="DDP must wrap the trained module once, after it is on its device; other shapes need a human.",
+    fix="Assign the wrapped model to a variable, or wrap it in DistributedDataParallel by hand.",
+    fix_safety="Not fixable automatically.",
+    fixable=False,
+    examples=(
+        Example(
+            id="returned-from-helper",
+            before='''import torch
+import torch.nn as nn
+
+
+def build():
+    return nn.DataParallel(nn.Linear(4, 2))
+
+
+if __name__ == "__main__":
+    model = build()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+''',
+            diagnostics=("DDP103",),
+        ),
+    ),
+)
+
+MODEL_NOT_TRACED = Rule(
+    code="DDP104",
+    name="model-not-traced",
+    summary="an optimizer trains a model built elsewhere (a function argument); wrap it in DDP where it is built",
+    what="""
+The parameters given to an optimizer belong to a model the tool cannot trace to the statement
+that builds it, typically a function parameter (`def fit(model): opt = SGD(model.parameters())`).""",
+    why="DDP must wrap the model once, where it is built; wrapping a function argument would wrap it at every call.",
+    fix="Wrap the model in DistributedDataParallel where it is created.",
+    fix_safety="Not fixable automatically.",
+    fixable=False,
+    examples=(
+        Example(
+            id="model-argument",
+            before='''import torch
+
+
+def fit(model):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+
+
+if __name__ == "__main__":
+    fit(torch.nn.Linear(4, 2))
+''',
+            diagnostics=("DDP104",),
+        ),
+    ),
+)
+
+IMPORT_TIME_MODEL = Rule(
+    code="DDP105",
+    name="import-time-model",
+    summary="model built at import time in a module with a main guard; move it into a main() called from the guard",
+    what="""
+The model (and usually its optimizer and loaders) is built at module level, while the training
+loop runs under `if __name__ == "__main__":`. The process group would have to be set up at
+import time, so the file is left unchanged.""",
+    why="""
+DataLoader workers started with spawn or forkserver (the default on macOS and Windows, and the
+safe choice with CUDA) re-import the main module: module-level setup would run again in every
+worker, which would try to join the process group and hang.""",
+    fix="Move the module-level construction into a `main()` function called from the guard, then run ddp-migrate again.",
+    fix_safety="Not fixable automatically.",
+    fixable=False,
+    examples=(
+        Example(
+            id="globals-and-guard",
+            before='''import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+if __name__ == "__main__":
+    for epoch in range(2):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+''',
+            diagnostics=("DDP105",),
+        ),
+    ),
+)
+
+RULES = (NO_ENTRY_POINT, CUDA_CALL_LEFT, DATAPARALLEL_SHAPE, MODEL_NOT_TRACED, IMPORT_TIME_MODEL)

@@ -1,0 +1,120 @@
+"""DDP002: each process uses its own GPU (cuda:local_rank), or the CPU when there is no CUDA."""
+from __future__ import annotations
+
+import libcst as cst
+
+from migrator.analysis import CudaCall, DeviceLiteral, ScriptFacts
+from migrator.edits import Plan
+from migrator.rule import Example, Rule
+from migrator.rules import _build
+from migrator.rules.advisories import CUDA_CALL_LEFT
+from migrator.rules.process_group import needs_setup
+from migrator.types import Change, Diagnostic
+
+RULE = Rule(
+    code="DDP002",
+    name="per-rank-device",
+    summary="use this process's GPU (cuda:local_rank) or the CPU, never a fixed GPU",
+    what="""
+Rewrites the script's device to this process's GPU: `torch.device("cuda")`, `"cuda:0"` and
+`"cuda" if torch.cuda.is_available() else "cpu"` become `f"cuda:{local_rank}"` with a CPU
+fallback; unconditional `x.cuda()` / `x.cuda(0)` become `x.to(device)`. Calls already guarded by a
+CUDA check (`if args.cuda: model.cuda()`) are left as they are: after
+`torch.cuda.set_device(local_rank)` they land on the right GPU.""",
+    why="""
+Under torchrun every process runs the same script. A hard-coded `cuda:0` puts all of them on the
+first GPU (out of memory, or silently slow), and a script that insists on CUDA cannot be tested
+on a CPU machine with the gloo backend.""",
+    fix="Rewrite the device expression; add a `device` variable to the setup when the script has none.",
+    fix_safety="Safe: on CUDA machines the device is the one torchrun assigned; on CPU it falls back to the CPU.",
+    fixable=True,
+    examples=(
+        Example(
+            id="cuda-calls",
+            before='''import torch
+
+if __name__ == "__main__":
+    model = torch.nn.Linear(4, 2).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 4).cuda(non_blocking=True)
+    model(x).sum().backward()
+    optimizer.step()
+''',
+            after='''import torch
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+if __name__ == "__main__":
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
+    try:
+        model = torch.nn.Linear(4, 2).to(device)
+        model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(8, 4).to(device, non_blocking=True)
+        model(x).sum().backward()
+        optimizer.step()
+    finally:
+        dist.destroy_process_group()
+''',
+        ),
+    ),
+)
+
+DEVICE = 'device = {torch}.device(f"cuda:{{local_rank}}" if {torch}.cuda.is_available() else "cpu")\n'
+
+
+def plan(facts: ScriptFacts, plan: Plan) -> None:
+    if not needs_setup(facts):
+        return
+    if facts.device_var_needed:
+        plan.insert_before(facts.entry.anchor, _build.statements(facts, DEVICE, torch=facts.names.torch))
+    for literal in facts.device_literals:
+        _plan_literal(facts, plan, literal)
+    for call in facts.cuda_calls:
+        _plan_cuda_call(facts, plan, call)
+
+
+def _plan_literal(facts: ScriptFacts, plan: Plan, literal: DeviceLiteral) -> None:
+    quote = literal.node.quote
+    if facts.local_rank_visible(literal.scope):
+        text = f"f{quote}cuda:{{local_rank}}{quote}"
+    else:
+        text = f"{quote}cuda{quote}"  # the current device, which set_device made this process's GPU
+    if not literal.conditional:
+        text = f'{text} if {facts.names.torch}.cuda.is_available() else {quote}cpu{quote}'
+    new = _build.expression(facts, text)
+    if literal.node.value == text:
+        return
+    plan.replace(literal.node, lambda _: new)
+    if literal.index_arg is not None:
+        call_arg = literal.index_arg
+        plan.replace(call_arg, lambda _: cst.RemoveFromParent())
+    line, col = facts.line_col(literal.node)
+    plan.changes.append(Change(RULE.code, line, col, f"device {literal.node.value} becomes this process's device"))
+
+
+def _plan_cuda_call(facts: ScriptFacts, plan: Plan, call: CudaCall) -> None:
+    line, col = facts.line_col(call.call)
+    if call.device_expr is not None and (call.pinned or not call.guarded):
+        plan.replace(call.call, lambda updated: to_device(updated, call.device_expr, call.pinned))
+        plan.changes.append(Change(RULE.code, line, col, f".cuda() becomes .to({call.device_expr})"))
+    elif call.pinned or not call.guarded:
+        plan.diagnostics.append(Diagnostic(CUDA_CALL_LEFT.code, line, col, CUDA_CALL_LEFT.summary))
+
+
+def to_device(call: cst.Call, device_expr: str, pinned: bool) -> cst.Call:
+    """`x.cuda(0, non_blocking=True)` -> `x.to(device, non_blocking=True)`."""
+    kept = [arg for i, arg in enumerate(call.args) if not (pinned and i == 0)]
+    device_arg = cst.Arg(cst.parse_expression(device_expr))
+    if kept:
+        device_arg = device_arg.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    return call.with_changes(
+        func=call.func.with_changes(attr=cst.Name("to")),  # type: ignore[attr-defined]
+        args=[device_arg, *kept],
+    )

@@ -1,0 +1,144 @@
+"""DDP003: wrap every trained model in DistributedDataParallel (DataParallel in any spelling included)."""
+from __future__ import annotations
+
+import libcst as cst
+
+from migrator.analysis import DataParallelSite, ModelFact, ScriptFacts, code_of
+from migrator.edits import Plan
+from migrator.rule import Example, Rule
+from migrator.rules import _build
+from migrator.rules.advisories import DATAPARALLEL_SHAPE, MODEL_NOT_TRACED
+from migrator.rules.device import to_device
+from migrator.rules.process_group import needs_setup
+from migrator.types import Change, Diagnostic
+
+RULE = Rule(
+    code="DDP003",
+    name="wrap-model",
+    summary="wrap each trained model in DistributedDataParallel (replaces DataParallel)",
+    what="""
+Every model whose parameters an optimizer trains is wrapped in `DistributedDataParallel` right
+after it is built and moved to its device (and after `torch.compile`, which stays applied to
+the inner module). `DataParallel(m, device_ids=..., output_device=...)` in any spelling
+(`nn.DataParallel`, `torch.nn.parallel.DataParallel`, `from torch.nn import DataParallel as DP`)
+becomes `DDP(m, device_ids=[local_rank])` on CUDA (`device_ids=None` on CPU, as DDP requires), and
+`if torch.cuda.device_count() > 1: model = nn.DataParallel(model)` becomes an unconditional wrap.""",
+    why="""
+Without the wrap each process trains its own copy and the gradients are never averaged: the
+script runs, the loss goes down, and N different models are trained. DataParallel is
+single-process and slower than DDP even on one machine.""",
+    fix="Insert or rewrite the wrap; import DistributedDataParallel; drop a DataParallel import made unused.",
+    fix_safety="""Safe for training. The wrapped model's own methods (`model.generate()`) and its
+state_dict keys now go through `model.module`.""",
+    fixable=True,
+    examples=(
+        Example(
+            id="dataparallel-from-import",
+            before='''import torch
+from torch.nn import DataParallel as DP
+
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = torch.nn.Linear(4, 2).to(device)
+    model = DP(model, device_ids=[0, 1])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
+    model = torch.nn.Linear(4, 2).to(device)
+    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+        ),
+    ),
+)
+
+WRAP = "{target} = {ddp}({target}, device_ids={device_ids})\n"
+
+
+def plan(facts: ScriptFacts, plan: Plan) -> None:
+    for model in facts.models:
+        if model.definition is None and not model.already_ddp:
+            line, col = facts.line_col(model.optimizer_call)
+            plan.diagnostics.append(Diagnostic(MODEL_NOT_TRACED.code, line, col, f"{model.expr}: {MODEL_NOT_TRACED.summary}"))
+    for site in facts.unrewritable_dataparallel:
+        if facts.trains:
+            line, col = facts.line_col(site.call)
+            plan.diagnostics.append(Diagnostic(DATAPARALLEL_SHAPE.code, line, col, DATAPARALLEL_SHAPE.summary))
+    if not needs_setup(facts):
+        return
+    wrapped = False
+    for model in facts.models:
+        if model.already_ddp or model.definition is None:
+            continue
+        wrapped = True
+        if model.dataparallel is not None:
+            _replace_dataparallel(facts, plan, model, model.dataparallel)
+        else:
+            plan.insert_after(model.wrap_after, _wrap_statement(facts, model))
+            line, col = facts.line_col(model.wrap_after)
+            plan.changes.append(Change(RULE.code, line, col, f"{model.expr} wrapped in DistributedDataParallel"))
+    if wrapped and facts.names.ddp_import_needed:
+        plan.need_import("torch.nn.parallel", "DistributedDataParallel", facts.names.ddp if facts.names.ddp != "DistributedDataParallel" else None)
+    for module, name, asname in facts.dataparallel_imports:
+        plan.unused_imports.append((module, name, asname))
+
+
+def _wrap_statement(facts: ScriptFacts, model: ModelFact, inner: str = "") -> list:
+    text = WRAP.format(target=model.expr, ddp=facts.names.ddp, device_ids=_build.device_ids(facts, model.scope, model.device_expr))
+    statements = _build.statements(facts, text)
+    if inner:
+        statements = [_with_inner(statements[0], inner)]
+    return statements
+
+
+def _with_inner(statement: cst.SimpleStatementLine, inner: str) -> cst.SimpleStatementLine:
+    assign = statement.body[0]
+    call = assign.value  # type: ignore[attr-defined]
+    first = call.args[0].with_changes(value=cst.parse_expression(inner))
+    return statement.with_changes(body=[assign.with_changes(value=call.with_changes(args=[first, *call.args[1:]]))])  # type: ignore[attr-defined]
+
+
+def _replace_dataparallel(facts: ScriptFacts, plan: Plan, model: ModelFact, site: DataParallelSite) -> None:
+    line, col = facts.line_col(site.call)
+    inner = code_of(site.inner) if site.inner is not None else model.expr
+    if site.chained is not None:
+        # DP(m).cuda() / DP(m).to(dev): move the model first, then wrap (DDP needs it on its device).
+        moved = site.chained.with_changes(func=site.chained.func.with_changes(value=site.inner))  # type: ignore[attr-defined]
+        if site.chained.func.attr.value == "cuda":  # type: ignore[attr-defined]
+            moved = to_device(moved, facts.device_var or "device", pinned=bool(moved.args) and moved.args[0].keyword is None) if facts.device_var else moved
+        inner = code_of(moved)
+    holder = site.conditional or site.statement
+    new = _wrap_statement(facts, model, inner)
+    if model.wrap_after is holder:
+        plan.replace(holder, lambda updated: new[0].with_changes(leading_lines=updated.leading_lines))
+    else:
+        # The model is still moved or loaded after the DataParallel line: wrap after that instead.
+        plan.replace(holder, lambda _: cst.RemoveFromParent())
+        plan.insert_after(model.wrap_after, new)
+    what = "conditional DataParallel" if site.conditional else "DataParallel"
+    plan.changes.append(Change(RULE.code, line, col, f"{what} on {model.expr} becomes DistributedDataParallel"))

@@ -1,0 +1,24 @@
+"""Every rule's own examples (its --explain text) are tests: docs and code cannot drift apart."""
+import pytest
+
+from migrator import RULES, migrate
+
+EXAMPLES = [pytest.param(rule, example, id=f"{rule.code}-{example.id}") for rule in RULES for example in rule.examples]
+
+
+@pytest.mark.parametrize("rule, example", EXAMPLES)
+def test_rule_example(rule, example):
+    result = migrate(example.before)
+    if example.after is None:
+        assert result.code == example.before, "the example must stay unchanged"
+    else:
+        assert result.code == example.after
+        assert migrate(result.code).code == result.code, "second run must change nothing"
+    reported = {d.code for d in result.diagnostics}
+    assert set(example.diagnostics) <= reported
+    if example.after is not None and example.after != example.before:
+        assert rule.code in {c.code for c in result.changes} | reported
+
+
+def test_every_rule_has_an_example():
+    assert all(rule.examples for rule in RULES)
