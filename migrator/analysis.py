@@ -11,19 +11,10 @@ from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tupl
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import (
-    CodeRange,
-    FunctionScope,
-    GlobalScope,
-    MetadataWrapper,
-    ParentNodeProvider,
-    PositionProvider,
-    QualifiedNameProvider,
-    Scope,
-    ScopeProvider,
-)
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from migrator import names as N
+from migrator.bindings import NameIndex, ScopeOwner
 
 Block = Union[cst.Module, cst.IndentedBlock]
 Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
@@ -48,7 +39,7 @@ class EntryPoint:
     block: Block  # the block the setup goes into
     anchor: Statement  # setup is inserted before this statement of `block`
     training: Statement  # the first loop at or after the anchor: try/finally starts here (guard/module)
-    scope: Scope  # scope of `block`; `local_rank` is defined there
+    scope: ScopeOwner  # scope of `block`; `local_rank` is defined there
     call_statement: Optional[Statement] = None  # for kind == "function": the launch statement calling it
 
 
@@ -72,7 +63,7 @@ class ModelFact:
     wrap_after: Optional[Statement]  # last statement preparing it (to/cuda/compile/load); the wrap goes after
     dataparallel: Optional[DataParallelSite]
     already_ddp: bool
-    scope: Optional[Scope]
+    scope: Optional[ScopeOwner]
     device_expr: Optional[str] = None  # a torch.device variable visible where the model is built
 
 
@@ -82,8 +73,9 @@ class DeviceLiteral:
 
     node: cst.SimpleString
     conditional: bool  # already inside `... if <cond> else "cpu"`
-    scope: Scope
-    index_arg: Optional[cst.Arg] = None  # torch.device("cuda", 0): the index argument to drop
+    scope: ScopeOwner
+    device_call: Optional[cst.Call] = None  # torch.device("cuda", 0): the call whose index argument goes
+    device_expr: Optional[str] = None  # `.to("cuda")` with a device variable in reach: use it instead
 
 
 @dataclass(frozen=True)
@@ -91,7 +83,7 @@ class CudaCall:
     """`x.cuda(...)` on a tensor or module."""
 
     call: cst.Call
-    scope: Scope
+    scope: ScopeOwner
     guarded: bool  # under `if <something about cuda>:` so it only runs when CUDA is there
     device_expr: Optional[str]  # a device variable usable at this point ("device", "self.device")
     pinned: bool  # has a positional device index (`.cuda(0)`, `.cuda(args.gpu)`)
@@ -110,10 +102,24 @@ class ImportNames:
     os_import_needed: bool
 
 
+class LazyPositions:
+    """Node positions, computed on first use: a file with nothing to report never pays for them."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self._module = module
+        self._positions: Optional[Mapping[cst.CSTNode, CodeRange]] = None
+
+    def get(self, node: cst.CSTNode) -> Optional[CodeRange]:
+        if self._positions is None:
+            self._positions = MetadataWrapper(self._module, unsafe_skip_copy=True).resolve(PositionProvider)
+        return self._positions.get(node)
+
+
 @dataclass(frozen=True)
 class ScriptFacts:
     module: cst.Module
-    positions: Mapping[cst.CSTNode, CodeRange]
+    positions: LazyPositions
+    local_names: Mapping[ScopeOwner, FrozenSet[str]]  # names bound in each function (or the module)
     entry: Optional[EntryPoint]
     has_main_guard: bool
     has_init_process_group: bool
@@ -143,51 +149,50 @@ class ScriptFacts:
         traced = {model.expr for model in self.models if model.definition is not None}
         return tuple(site for site in self.dataparallel_sites if site.target not in traced)
 
-    def local_rank_visible(self, scope: Optional[Scope]) -> bool:
+    def local_rank_visible(self, scope: Optional[ScopeOwner]) -> bool:
         """Will the `local_rank` variable written by the setup be visible from `scope`?"""
         if self.entry is None or scope is None:
             return False
-        if self.local_rank_at_module is not None or isinstance(self.entry.scope, GlobalScope):
+        if self.local_rank_at_module is not None or self.entry.scope is self.module:
             # A module global: visible from every function that does not shadow it.
-            return "local_rank" not in _local_names(scope) or scope is self.entry.scope
+            return scope is self.entry.scope or "local_rank" not in self.local_names.get(scope, ())
         return scope is self.entry.scope
-
-
-def _local_names(scope: Scope) -> Set[str]:
-    return {a.name for a in scope.assignments if a.scope is scope}
 
 
 # --------------------------------------------------------------------------- analysis
 
 
-class _Collector(cst.CSTVisitor):
-    """The single traversal. Collects raw sites; `analyze` turns them into facts."""
+class _Collector(NameIndex):
+    """The single traversal: bindings (from NameIndex) plus the raw sites the facts are made of."""
 
-    def __init__(self, qualified_names: Mapping[cst.CSTNode, Set]) -> None:
-        super().__init__()
-        self.qualified_names = qualified_names
+    def __init__(self, module: cst.Module) -> None:
+        super().__init__(module)
+        self.calls: List[cst.Call] = []
         self.calls_by_qname: Dict[str, List[cst.Call]] = {}
         self.optimizer_calls: List[Tuple[cst.Call, str]] = []
         self.cuda_calls: List[cst.Call] = []
         self.device_strings: List[cst.SimpleString] = []
         self.main_guards: List[cst.If] = []
-        self.imports: List[Union[cst.Import, cst.ImportFrom]] = []
         self.assignments: List[Tuple[str, cst.SimpleStatementLine]] = []
         self.expr_calls: List[Tuple[str, str, cst.SimpleStatementLine]] = []  # (receiver, method, statement)
 
     def qnames(self, node: cst.CSTNode) -> Set[str]:
-        value = self.qualified_names.get(node, ())
-        if callable(value):  # libcst computes qualified names lazily
-            value = value()
-        return {q.name for q in value}
+        qualified = self.resolve(node)
+        return {qualified} if qualified else set()
 
     def visit_Call(self, node: cst.Call) -> None:
-        for qname in self.qnames(node.func):
-            self.calls_by_qname.setdefault(qname, []).append(node)
-            if N.is_optimizer(qname):
-                self.optimizer_calls.append((node, qname))
-        if m.matches(node.func, m.Attribute(attr=m.Name("cuda"))) and "torch" not in self.qnames(node.func.value):  # type: ignore[attr-defined]
-            self.cuda_calls.append(node)
+        self.calls.append(node)
+
+    def resolve_calls(self) -> None:
+        """After the traversal, when every import is known (scripts import late, too)."""
+        for node in self.calls:
+            qualified = self.resolve(node.func)
+            if qualified:
+                self.calls_by_qname.setdefault(qualified, []).append(node)
+                if N.is_optimizer(qualified):
+                    self.optimizer_calls.append((node, qualified))
+            if m.matches(node.func, m.Attribute(attr=m.Name("cuda"))) and self.resolve(node.func.value) != "torch":  # type: ignore[attr-defined]
+                self.cuda_calls.append(node)
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         if N.is_cuda_string(node):
@@ -196,12 +201,6 @@ class _Collector(cst.CSTVisitor):
     def visit_If(self, node: cst.If) -> None:
         if m.matches(node.test, N.MAIN_GUARD):
             self.main_guards.append(node)
-
-    def visit_Import(self, node: cst.Import) -> None:
-        self.imports.append(node)
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        self.imports.append(node)
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         for small in node.body:
@@ -217,22 +216,19 @@ class _Collector(cst.CSTVisitor):
 
 
 def analyze(module: cst.Module) -> ScriptFacts:
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    metadata = wrapper.resolve_many([QualifiedNameProvider, ScopeProvider, ParentNodeProvider, PositionProvider])
-    collector = _Collector(metadata[QualifiedNameProvider])
+    collector = _Collector(module)
     module.visit(collector)
-    return _Analysis(module, metadata, collector).facts()
+    collector.resolve_calls()
+    return _Analysis(module, collector).facts()
 
 
 class _Analysis:
     """Turns the collected sites into facts. Read-only; small named steps."""
 
-    def __init__(self, module: cst.Module, metadata, c: _Collector) -> None:
+    def __init__(self, module: cst.Module, c: _Collector) -> None:
         self.module = module
         self.c = c
-        self.parents = metadata[ParentNodeProvider]
-        self.scopes = metadata[ScopeProvider]
-        self.positions = metadata[PositionProvider]
+        self.parents = c.parents
 
     # -- tree helpers ---------------------------------------------------------------
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
@@ -254,8 +250,8 @@ class _Analysis:
         parent = self.parent(statement)
         return parent if isinstance(parent, (cst.Module, cst.IndentedBlock)) else None
 
-    def scope_of(self, node: cst.CSTNode) -> Optional[Scope]:
-        return self.scopes.get(node)
+    def scope_of(self, node: cst.CSTNode) -> Optional[ScopeOwner]:
+        return self.c.owner_of(node)
 
     def enclosing_function(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
         return next((a for a in self.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
@@ -288,7 +284,8 @@ class _Analysis:
             )
         facts = ScriptFacts(
             module=self.module,
-            positions=self.positions,
+            positions=LazyPositions(self.module),
+            local_names={owner: frozenset(names) for owner, names in self.c.bound.items()},
             entry=entry,
             has_main_guard=guard is not None,
             has_init_process_group=bool(self.calls(N.INIT_PROCESS_GROUP)),
@@ -472,10 +469,11 @@ class _Analysis:
             if isinstance(call, cst.Call) and call.args and call.args[0] is arg:
                 qnames = self.c.qnames(call.func)
                 if qnames & N.TORCH_DEVICE:
-                    index = call.args[1] if len(call.args) > 1 and call.args[1].keyword is None else None
-                    return DeviceLiteral(node, conditional, scope, index)  # type: ignore[arg-type]
+                    indexed = len(call.args) > 1 and call.args[1].keyword is None
+                    return DeviceLiteral(node, conditional, scope, call if indexed else None)  # type: ignore[arg-type]
                 if m.matches(call.func, m.Attribute(attr=m.Name("to"))):
-                    return DeviceLiteral(node, conditional, scope)  # type: ignore[arg-type]
+                    device = None if conditional else self.device_expr_at(call)
+                    return DeviceLiteral(node, conditional, scope, device_expr=device)  # type: ignore[arg-type]
             return None
         if isinstance(arg, cst.Assign) and any("device" in code_of(t.target) for t in arg.targets):
             return DeviceLiteral(node, conditional, scope)  # type: ignore[arg-type]
@@ -503,7 +501,7 @@ class _Analysis:
             return None
         for target, statement in self.device_assignments():
             scope = self.scope_of(statement)
-            if "." not in target and scope is not None and (scope is entry.scope or isinstance(scope, GlobalScope)):
+            if "." not in target and scope is not None and (scope is entry.scope or scope is self.module):
                 return target
         return None
 
@@ -536,11 +534,10 @@ class _Analysis:
                 if target.startswith("self.") and cls is not None and cls is self.enclosing_class(node):
                     return target
                 continue
-            if target in scope and any(a.node is statement.body[0] or a.node in _targets(statement) for a in scope[target]):
+            owner = self.scope_of(statement)
+            if owner is scope or (owner is self.module and target not in self.c.bound.get(scope, ())):
                 return target
-        if not typed and isinstance(scope, FunctionScope) and "device" in scope and any(
-            isinstance(a.node, cst.Param) for a in scope["device"]
-        ):
+        if not typed and "device" in self.c.params.get(scope, ()):
             return "device"
         return None
 
@@ -555,7 +552,7 @@ class _Analysis:
 
     def with_entry_device(self, cuda_call: CudaCall, entry: EntryPoint) -> CudaCall:
         """Once the setup defines `device`, code in the entry scope can use it."""
-        visible = cuda_call.scope is entry.scope or isinstance(entry.scope, GlobalScope)
+        visible = cuda_call.scope is entry.scope or entry.scope is self.module
         if cuda_call.device_expr is None and visible:
             return CudaCall(cuda_call.call, cuda_call.scope, cuda_call.guarded, "device", cuda_call.pinned)
         return cuda_call
@@ -565,13 +562,13 @@ class _Analysis:
 
     # -- imports -----------------------------------------------------------------------
     def import_names(self) -> ImportNames:
-        bound = _bound_imports(self.c.imports)
+        bound = {qualified: local for local, qualified in self.c.imported[self.module].items()}
         torch = bound.get("torch")
         dist = bound.get("torch.distributed")
         ddp = bound.get("torch.nn.parallel.DistributedDataParallel") or bound.get(
             "torch.nn.parallel.distributed.DistributedDataParallel"
         )
-        taken = _module_names(self.scopes.get(self.module) or self.scope_of(self.module.body[0]) if self.module.body else None)
+        taken = self.c.bound[self.module]
         return ImportNames(
             torch=torch or "torch",
             torch_import_needed=torch is None,
@@ -583,14 +580,12 @@ class _Analysis:
         )
 
     def dataparallel_imports(self) -> Tuple[Tuple[str, str, Optional[str]], ...]:
+        """`from torch.nn import DataParallel [as DP]`: (module, name, asname), to drop once unused."""
         found = []
-        for node in self.c.imports:
-            if isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar) and node.module:
-                module = code_of(node.module)
-                for alias in node.names:
-                    if f"{module}.{code_of(alias.name)}" in N.DATAPARALLEL:
-                        asname = code_of(alias.asname.name) if alias.asname else None
-                        found.append((module, code_of(alias.name), asname))
+        for local, qualified in self.c.imported[self.module].items():
+            if qualified in N.DATAPARALLEL and "." not in local:
+                module, name = qualified.rsplit(".", 1)
+                found.append((module, name, local if local != name else None))
         return tuple(found)
 
 
@@ -620,40 +615,3 @@ def _referenced_names(node: cst.CSTNode) -> Set[str]:
 
 def _strings_in(node: cst.CSTNode) -> List[cst.SimpleString]:
     return list(m.findall(node, m.SimpleString()))  # type: ignore[arg-type]
-
-
-def _targets(statement: cst.SimpleStatementLine) -> List[cst.CSTNode]:
-    small = statement.body[0]
-    if isinstance(small, cst.Assign):
-        return [t.target for t in small.targets]
-    target = getattr(small, "target", None)
-    return [target] if target is not None else []
-
-
-def _module_names(scope: Optional[Scope]) -> Set[str]:
-    if scope is None:
-        return set()
-    return {a.name for a in scope.assignments}
-
-
-def _bound_imports(imports) -> Dict[str, str]:
-    """Qualified name -> the local name it is bound to, for top-level-style imports."""
-    bound: Dict[str, str] = {}
-    for node in imports:
-        if isinstance(node, cst.Import):
-            for alias in node.names:
-                full = code_of(alias.name)
-                if alias.asname is not None:
-                    bound.setdefault(full, code_of(alias.asname.name))
-                else:
-                    bound.setdefault(full, full)
-                    bound.setdefault(full.split(".")[0], full.split(".")[0])
-        elif isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
-            if isinstance(node.names, cst.ImportStar):
-                continue
-            module = code_of(node.module)
-            for alias in node.names:
-                name = code_of(alias.name)
-                local = code_of(alias.asname.name) if alias.asname else name
-                bound.setdefault(f"{module}.{name}", local)
-    return bound

@@ -82,21 +82,28 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
 
 def _plan_literal(facts: ScriptFacts, plan: Plan, literal: DeviceLiteral) -> None:
     quote = literal.node.quote
-    if facts.local_rank_visible(literal.scope):
-        text = f"f{quote}cuda:{{local_rank}}{quote}"
+    if literal.device_expr is not None:
+        text = literal.device_expr  # .to("cuda") -> .to(device)
     else:
-        text = f"{quote}cuda{quote}"  # the current device, which set_device made this process's GPU
-    if not literal.conditional:
-        text = f'{text} if {facts.names.torch}.cuda.is_available() else {quote}cpu{quote}'
-    new = _build.expression(facts, text)
+        if facts.local_rank_visible(literal.scope):
+            text = f"f{quote}cuda:{{local_rank}}{quote}"
+        else:
+            text = f"{quote}cuda{quote}"  # the current device, which set_device made this process's GPU
+        if not literal.conditional:
+            text = f"{text} if {facts.names.torch}.cuda.is_available() else {quote}cpu{quote}"
     if literal.node.value == text:
         return
+    new = _build.expression(facts, text)
     plan.replace(literal.node, lambda _: new)
-    if literal.index_arg is not None:
-        call_arg = literal.index_arg
-        plan.replace(call_arg, lambda _: cst.RemoveFromParent())
+    if literal.device_call is not None:
+        # torch.device("cuda", 0): the index is now part of the string.
+        plan.replace(literal.device_call, _keep_first_argument)
     line, col = facts.line_col(literal.node)
     plan.changes.append(Change(RULE.code, line, col, f"device {literal.node.value} becomes this process's device"))
+
+
+def _keep_first_argument(call: cst.Call) -> cst.Call:
+    return call.with_changes(args=[call.args[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)])
 
 
 def _plan_cuda_call(facts: ScriptFacts, plan: Plan, call: CudaCall) -> None:

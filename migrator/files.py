@@ -1,0 +1,357 @@
+"""The file edge: find scripts, read them without losing a byte, write them back atomically.
+
+Nothing here knows about DDP. `read_source` decodes the way Python itself does (BOM, PEP 263
+cookie) and never translates newlines, so `encode_source(read_source(p).text, ...)` is the file's
+exact bytes. `write_atomic` replaces a file only if it still holds the bytes that were read.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import stat
+import tempfile
+import tokenize
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
+
+import pathspec
+
+from migrator.errors import MigrateError, SourceParseError
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+UTF8_BOM = b"\xef\xbb\xbf"
+
+#: Directory names never walked into (an explicitly named directory is still walked).
+EXCLUDED_DIRS = frozenset({".git", ".venv", "venv", "__pycache__", "node_modules", "build", "dist", ".tox"})
+
+
+class FileError(MigrateError):
+    """A file could not be found, read or written. The message names the path."""
+
+    def __init__(self, path: PathLike, message: str) -> None:
+        self.path = os.fspath(path)
+        self.message = message
+        super().__init__(f"{self.path}: {message}")
+
+
+class StaleFileError(FileError):
+    """The file changed on disk after it was read; it is not overwritten."""
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A decoded script plus what it takes to write it back byte-for-byte.
+
+    `text` has the BOM stripped and newlines untranslated. `digest` is the sha256 of the bytes
+    read, so a write-back can refuse to clobber a concurrent edit.
+    """
+
+    path: Path
+    text: str
+    encoding: str
+    bom: bool
+    digest: Optional[str] = field(default=None, compare=False, repr=False)
+
+    def encode(self, text: str) -> bytes:
+        """`text` as this file's bytes (same encoding, same BOM)."""
+        return encode_source(text, self.encoding, self.bom, self.path)
+
+    def as_on_disk(self, text: str) -> str:
+        """`text` with the BOM put back as U+FEFF, for diffs that must match the file's first line."""
+        return "\ufeff" + text if self.bom else text
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_source(path: PathLike) -> SourceFile:
+    """Read `path` and decode it as Python would, keeping BOM, encoding and newlines.
+
+    Raises FileError when the file cannot be read and SourceParseError (with line and column)
+    when its bytes are not valid in the encoding Python would use.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise FileError(path, f"cannot read: {exc.strerror or exc}") from None
+    text, encoding, bom = decode_source(data, path)
+    return SourceFile(path, text, encoding, bom, _digest(data))
+
+
+def decode_source(data: bytes, path: Optional[PathLike] = None) -> Tuple[str, str, bool]:
+    """Return (text, encoding, bom) for the bytes of a Python file. Newlines are kept as they are."""
+    where = os.fspath(path) if path is not None else None
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as exc:
+        # An unknown cookie, a cookie contradicting the BOM, or bytes in the first two lines that
+        # are not UTF-8 while no cookie says otherwise. Point at the bad byte when there is one.
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            raise _undecodable(data, bad, "utf-8", where) from None
+        raise SourceParseError(exc.msg, _cookie_line(data), 0, where) from None
+    bom = encoding == "utf-8-sig"
+    if bom:
+        encoding = "utf-8"
+        data = data[len(UTF8_BOM):]
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise _undecodable(data, exc, encoding, where) from None
+    return text, encoding, bom
+
+
+def _undecodable(data: bytes, exc: UnicodeDecodeError, encoding: str, where: Optional[str]) -> SourceParseError:
+    line, col = _line_col(data, exc.start)
+    bad = " ".join(f"{byte:02x}" for byte in data[exc.start : exc.end])
+    return SourceParseError(
+        f"byte(s) {bad} are not valid {encoding}; declare the file's encoding with a '# -*- coding: ... -*-' line",
+        line,
+        col,
+        where,
+    )
+
+
+def _cookie_line(data: bytes) -> int:
+    """The line a PEP 263 cookie sits on (it may only be on line 1 or 2)."""
+    first = data.split(b"\n", 1)[0]
+    return 1 if b"coding" in first else 2
+
+
+def _line_col(data: bytes, offset: int) -> Tuple[int, int]:
+    line = data.count(b"\n", 0, offset) + 1
+    col = offset - (data.rfind(b"\n", 0, offset) + 1)
+    return line, col
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def file_digest(path: PathLike) -> str:
+    """sha256 of the file's current bytes."""
+    return _digest(Path(path).read_bytes())
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def encode_source(text: str, encoding: str, bom: bool, path: Optional[PathLike] = None) -> bytes:
+    """Encode `text` for disk: no newline translation, BOM prepended when the original had one."""
+    try:
+        data = text.encode(encoding)
+    except UnicodeEncodeError as exc:
+        where = path if path is not None else "<source>"
+        line = text.count("\n", 0, exc.start) + 1
+        col = exc.start - (text.rfind("\n", 0, exc.start) + 1)
+        raise FileError(
+            where, f"cannot encode the migrated source as {encoding} (line {line}, col {col}): {exc.reason}"
+        ) from None
+    return UTF8_BOM + data if bom else data
+
+
+def write_atomic(
+    path: PathLike,
+    text: str,
+    encoding: str,
+    bom: bool,
+    *,
+    expected_digest: Optional[str] = None,
+) -> None:
+    """Replace the file at `path` with `text`, atomically, keeping its permission bits.
+
+    The bytes go to a temporary file in the same directory, are fsynced, and the temporary file
+    is renamed over the target with os.replace. A symlink is written through (the link stays a
+    link). When `expected_digest` is given and the file on disk no longer has that sha256, nothing
+    is written and StaleFileError is raised.
+    """
+    path = Path(path)
+    data = encode_source(text, encoding, bom, path)
+    target = Path(os.path.realpath(path))
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        mode = _default_mode()
+    except OSError as exc:
+        raise FileError(path, f"cannot write: {exc.strerror or exc}") from None
+
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".ddp-migrate.tmp", dir=target.parent)
+    except OSError as exc:
+        raise FileError(path, f"cannot write: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp_name, mode)
+        if expected_digest is not None:
+            try:
+                current = file_digest(target)
+            except OSError:
+                current = None
+            if current != expected_digest:
+                raise StaleFileError(path, "changed on disk since it was read; not overwritten")
+        os.replace(tmp_name, target)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp_name)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise FileError(path, f"cannot write: {exc.strerror or exc}") from None
+        raise
+    _fsync_directory(target.parent)
+
+
+def _default_mode() -> int:
+    """What a new file would get from open(): 0o666 minus the umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def write_back(source: SourceFile, text: str) -> None:
+    """Write `text` over the file `source` was read from, if that file is unchanged since."""
+    write_atomic(source.path, text, source.encoding, source.bom, expected_digest=source.digest)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the rename durable. Best effort: not every platform can open a directory."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------- discovery
+
+_Ignore = Tuple[Path, pathspec.PathSpec]  # (absolute directory the patterns are relative to, patterns)
+
+
+def discover(paths: Iterable[PathLike]) -> List[Path]:
+    """Expand `paths` into the Python files to migrate, in a stable order, without duplicates.
+
+    A file argument is always taken, whatever its name and whatever .gitignore says. A directory
+    is walked for `*.py`, skipping EXCLUDED_DIRS, whatever the enclosing repository's .gitignore
+    files (and .git/info/exclude) ignore, and symlinks to directories. Raises FileError for a path
+    that does not exist or a directory that cannot be listed.
+    """
+    found: List[Path] = []
+    seen: Set[str] = set()
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            candidates: Iterable[Path] = _walk(path)
+        elif path.exists():
+            candidates = (path,)
+        else:
+            raise FileError(path, "no such file or directory")
+        for candidate in candidates:
+            key = os.path.realpath(candidate)
+            if key not in seen:
+                seen.add(key)
+                found.append(candidate)
+    return found
+
+
+def display_path(path: PathLike, cwd: Optional[PathLike] = None) -> str:
+    """How a path is shown in messages and diff headers: relative to cwd when under it, '/'-separated."""
+    path = Path(path)
+    if path.is_absolute():
+        base = Path(cwd) if cwd is not None else Path.cwd()
+        try:
+            path = path.relative_to(base)
+        except ValueError:
+            pass
+    return path.as_posix()
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    real_root = Path(os.path.realpath(root))
+    yield from _walk_dir(root, real_root, _enclosing_ignores(real_root))
+
+
+def _walk_dir(directory: Path, real_dir: Path, ignores: Sequence[_Ignore]) -> Iterator[Path]:
+    own = _load_ignore_file(real_dir / ".gitignore")
+    if own is not None:
+        ignores = (*ignores, (real_dir, own))
+    try:
+        with os.scandir(directory) as it:
+            entries = sorted(it, key=lambda entry: entry.name)
+    except OSError as exc:
+        raise FileError(directory, f"cannot list directory: {exc.strerror or exc}") from None
+    for entry in entries:
+        path = directory / entry.name
+        real = real_dir / entry.name
+        if entry.is_dir(follow_symlinks=False):
+            if entry.name not in EXCLUDED_DIRS and not _ignored(real, ignores, is_dir=True):
+                yield from _walk_dir(path, real, ignores)
+        elif entry.name.endswith(".py") and entry.is_file() and not _ignored(real, ignores, is_dir=False):
+            yield path
+
+
+def _ignored(real: Path, ignores: Sequence[_Ignore], *, is_dir: bool) -> bool:
+    """Git's verdict: the deepest ignore file with a matching pattern wins (so `!pattern` works)."""
+    verdict = False
+    for base, spec in ignores:
+        rel = os.path.relpath(real, base).replace(os.sep, "/")
+        if rel.startswith("../"):
+            continue
+        if is_dir:
+            rel += "/"
+        if hasattr(spec, "check_file"):  # pathspec >= 0.12
+            include = spec.check_file(rel).include
+            if include is not None:
+                verdict = include
+        elif spec.match_file(rel):
+            verdict = True
+    return verdict
+
+
+def _enclosing_ignores(real_root: Path) -> Tuple[_Ignore, ...]:
+    """Ignore files of the enclosing git repository that sit above `real_root`, outermost first."""
+    chain = [real_root, *real_root.parents]
+    for depth, directory in enumerate(chain):
+        if (directory / ".git").exists():
+            git_root = directory
+            above = list(reversed(chain[1 : depth + 1]))  # git_root .. real_root's parent
+            break
+    else:
+        return ()
+    ignores: List[_Ignore] = []
+    exclude = _load_ignore_file(git_root / ".git" / "info" / "exclude")
+    if exclude is not None:
+        ignores.append((git_root, exclude))
+    for directory in above:
+        spec = _load_ignore_file(directory / ".gitignore")
+        if spec is not None:
+            ignores.append((directory, spec))
+    return tuple(ignores)
+
+
+def _load_ignore_file(path: Path) -> Optional[pathspec.PathSpec]:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    except OSError as exc:
+        raise FileError(path, f"cannot read: {exc.strerror or exc}") from None
+    return _gitignore_spec(lines)
+
+
+def _gitignore_spec(lines: List[str]) -> pathspec.PathSpec:
+    if hasattr(pathspec, "GitIgnoreSpec"):
+        return pathspec.GitIgnoreSpec.from_lines(lines)
+    return pathspec.PathSpec.from_lines("gitwildmatch", lines)  # pragma: no cover - pathspec < 0.10

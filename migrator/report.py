@@ -1,0 +1,104 @@
+"""What the CLI does with each file, and the tally it ends with (the shape of black's report.py).
+
+The flags collapse into one WriteBack value so each layer branches on one thing. Report only
+counts; render.py prints it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+#: Exit status bits.
+EXIT_WOULD_CHANGE = 1  # a file would change (only with --check)
+EXIT_FAILED = 2  # a file could not be read, parsed, migrated or written
+
+
+class WriteBack(Enum):
+    """What happens to a migrated file."""
+
+    PRINT = "print"  # one file, no flag: the migrated source on stdout
+    DIFF = "diff"  # --diff, or several paths / a directory with no flag
+    IN_PLACE = "in-place"  # --in-place
+    CHECK = "check"  # --check: write nothing, report, exit 1 when something would change
+    CHECK_DIFF = "check-diff"  # --check --diff
+
+    @classmethod
+    def from_flags(cls, *, diff: bool, in_place: bool, check: bool, single_file: bool) -> "WriteBack":
+        """Raise ValueError for combinations that make no sense (--in-place with --diff/--check)."""
+        if in_place and (diff or check):
+            raise ValueError("--in-place cannot be combined with --diff or --check")
+        if check:
+            return cls.CHECK_DIFF if diff else cls.CHECK
+        if in_place:
+            return cls.IN_PLACE
+        if diff or not single_file:
+            return cls.DIFF
+        return cls.PRINT
+
+    @property
+    def writes(self) -> bool:
+        return self is WriteBack.IN_PLACE
+
+    @property
+    def shows_diff(self) -> bool:
+        return self in (WriteBack.DIFF, WriteBack.CHECK_DIFF)
+
+    @property
+    def checks(self) -> bool:
+        return self in (WriteBack.CHECK, WriteBack.CHECK_DIFF)
+
+
+@dataclass
+class Report:
+    """Counts files by outcome and derives the summary line and the exit status."""
+
+    mode: WriteBack
+    change_count: int = 0
+    same_count: int = 0
+    failure_count: int = 0
+
+    def done(self, changed: bool) -> None:
+        if changed:
+            self.change_count += 1
+        else:
+            self.same_count += 1
+
+    def failed(self) -> None:
+        self.failure_count += 1
+
+    @property
+    def total(self) -> int:
+        return self.change_count + self.same_count + self.failure_count
+
+    @property
+    def return_code(self) -> int:
+        code = 0
+        if self.change_count and self.mode.checks:
+            code |= EXIT_WOULD_CHANGE
+        if self.failure_count:
+            code |= EXIT_FAILED
+        return code
+
+    def status(self, changed: bool) -> str:
+        """The per-file verb: 'would migrate' / 'migrated' / 'unchanged'."""
+        if not changed:
+            return "unchanged"
+        return "migrated" if self.mode.writes else "would migrate"
+
+    def __str__(self) -> str:
+        """'2 files would be migrated, 5 left unchanged, 1 failed' (the noun only on the first part)."""
+        migrated = "migrated" if self.mode.writes else "would be migrated"
+        parts = [
+            (self.change_count, migrated),
+            (self.same_count, "left unchanged"),
+            (self.failure_count, "failed"),
+        ]
+        out = []
+        for count, what in parts:
+            if not count:
+                continue
+            if out:
+                out.append(f"{count} {what}")
+            else:
+                out.append(f"{count} {'file' if count == 1 else 'files'} {what}")
+        return ", ".join(out) if out else "no Python files found"

@@ -1,0 +1,608 @@
+"""The command line, tested against a fake engine so the CLI is what is under test.
+
+Where the real engine is used, the expectation is computed from `migrator.api.migrate` itself, so
+these tests hold while the engine grows. Engine-specific CLI tests live with the engine's tests.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import pytest
+from click.testing import CliRunner
+
+import migrator
+from migrator import cli as cli_module
+from migrator.api import migrate as real_migrate
+from migrator.diff import unified_diff
+from migrator.errors import IntroducedSyntaxError, SourceParseError
+from migrator.options import Options
+from migrator.report import Report, WriteBack
+from migrator.types import Change, Diagnostic, Result
+
+MARKER = "single_gpu"
+MIGRATED = "MIGRATED"
+
+SCRIPT = """\
+import torch
+import torch.nn as nn
+
+model = nn.DataParallel(nn.Linear(4, 4))
+device = "single_gpu"
+"""
+CLEAN = "import torch\n\nprint(torch.__version__)\n"
+PY2 = 'import torch\n\nprint "hello"\n'
+
+# --------------------------------------------------------------------------- harness
+
+
+def fake_migrate(source: str, options: Optional[Options] = None) -> Result:
+    """Parses like the engine (raising SourceParseError), replaces MARKER, reports each replacement.
+
+    `ADVISE` anywhere adds a fixable diagnostic; `NOTE` a non-fixable one.
+    """
+    try:
+        ast.parse(source)
+    except SyntaxError as exc:
+        raise SourceParseError(exc.msg, exc.lineno or 0, (exc.offset or 1) - 1) from None
+    changes = []
+    for number, line in enumerate(source.split("\n"), start=1):
+        col = line.find(MARKER)
+        if col >= 0:
+            changes.append(Change("DDP001", number, col, f"replaced {MARKER}"))
+    diagnostics = []
+    if "ADVISE" in source:
+        diagnostics.append(Diagnostic("DDP101", 1, 0, "fake advisory", fixable=True))
+    if "NOTE" in source:
+        diagnostics.append(Diagnostic("DDP102", 1, 0, "fake note"))
+    return Result(source.replace(MARKER, MIGRATED), tuple(changes), tuple(diagnostics), original=source)
+
+
+@pytest.fixture
+def fake_engine(monkeypatch):
+    monkeypatch.setattr(cli_module, "migrate", fake_migrate)
+    return fake_migrate
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """An empty working directory; paths in output are relative to it."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _runner() -> CliRunner:
+    try:
+        return CliRunner(mix_stderr=False)  # click 8.1
+    except TypeError:
+        return CliRunner()  # click >= 8.2 always keeps stderr apart
+
+
+# Keep rich's colour detection out of the tests' environment.
+PLAIN_ENV = {"FORCE_COLOR": None, "NO_COLOR": None, "TTY_COMPATIBLE": None, "TERM": "xterm", "COLUMNS": "80"}
+
+
+def invoke(*args: str):
+    return _runner().invoke(cli_module.cli, list(args), env=PLAIN_ENV, catch_exceptions=False)
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text.encode())
+    return path
+
+
+def lines(text: str) -> List[str]:
+    return text.splitlines()
+
+
+# --------------------------------------------------------------------------- print mode
+
+
+def test_one_file_no_flag_prints_the_migrated_source(project, fake_engine):
+    write(project / "train.py", SCRIPT)
+    result = invoke("train.py")
+    assert result.exit_code == 0
+    assert result.stdout == SCRIPT.replace(MARKER, MIGRATED)
+    assert (project / "train.py").read_text() == SCRIPT  # nothing written
+    assert lines(result.stderr) == [
+        "train.py:5:10 DDP001 replaced single_gpu",
+        "1 file would be migrated",
+    ]
+
+
+def test_print_mode_with_the_real_engine_equals_migrate(project):
+    write(project / "train.py", SCRIPT)
+    result = invoke("train.py")
+    assert result.exit_code == 0
+    assert result.stdout == real_migrate(SCRIPT).code
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\xef\xbb\xbfx = 'single_gpu'\r\n",
+        b"# coding: latin-1\r\nx = 'single_gpu'  # caf\xe9",
+        b"x = 1\r\ny = 'single_gpu'\nif x:\n\tz = 3\r",
+    ],
+    ids=["bom-crlf", "latin1-no-final-newline", "mixed-endings"],
+)
+def test_print_mode_writes_the_files_own_bytes(project, fake_engine, data):
+    (project / "odd.py").write_bytes(data)
+    result = invoke("odd.py")
+    assert result.stdout_bytes == data.replace(b"single_gpu", b"MIGRATED")
+
+
+def test_print_mode_prints_an_unchanged_file_unchanged(project, fake_engine):
+    write(project / "clean.py", CLEAN)
+    result = invoke("clean.py")
+    assert result.exit_code == 0
+    assert result.stdout == CLEAN
+    assert lines(result.stderr) == ["1 file left unchanged"]
+
+
+# --------------------------------------------------------------------------- diff mode
+
+
+def test_several_paths_default_to_diff_mode(project, fake_engine):
+    write(project / "a.py", SCRIPT)
+    write(project / "b.py", CLEAN)
+    result = invoke("a.py", "b.py")
+    assert result.exit_code == 0
+    assert result.stdout == unified_diff(SCRIPT, SCRIPT.replace(MARKER, MIGRATED), "a.py")
+    assert result.stdout.startswith("--- a/a.py\n+++ b/a.py\n@@ ")
+    assert (project / "a.py").read_text() == SCRIPT
+    assert "would migrate a.py" in lines(result.stderr)
+    assert lines(result.stderr)[-1] == "1 file would be migrated, 1 left unchanged"
+
+
+def test_a_directory_defaults_to_diff_mode(project, fake_engine):
+    write(project / "pkg" / "a.py", SCRIPT)
+    result = invoke("pkg")
+    assert result.stdout.startswith("--- a/pkg/a.py\n+++ b/pkg/a.py\n")
+    assert (project / "pkg" / "a.py").read_text() == SCRIPT
+
+
+def test_diff_of_an_unchanged_file_is_empty(project, fake_engine):
+    write(project / "clean.py", CLEAN)
+    result = invoke("--diff", "clean.py")
+    assert result.exit_code == 0
+    assert result.stdout == ""
+
+
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, check=True)
+
+
+DIFF_CASES = {
+    "lf.py": SCRIPT.encode(),
+    "crlf.py": SCRIPT.replace("\n", "\r\n").encode(),
+    "mixed.py": b"import torch\r\nx = 'single_gpu'\ny = 2\r\n",
+    "no_newline.py": b"import torch\n\nx = 'single_gpu'",
+    "last_line_unchanged_no_newline.py": b"x = 'single_gpu'\ny = 1\nz = 2\nw = 3\nv = 4",
+    "bom.py": b"\xef\xbb\xbfx = 'single_gpu'\nname = '\xc3\xa9'\n",
+    "latin1.py": b"# -*- coding: latin-1 -*-\nx = 'single_gpu'  # caf\xe9\n",
+    "tabs.py": b"def f():\n\treturn 'single_gpu'\t# tab\n",
+    "clean.py": CLEAN.encode(),
+}
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_diff_output_applies_with_git_apply(project, fake_engine):
+    _git(project, "init", "-q")
+    _git(project, "config", "core.autocrlf", "false")
+    for name, data in DIFF_CASES.items():
+        (project / "src" / name).parent.mkdir(exist_ok=True)
+        (project / "src" / name).write_bytes(data)
+
+    result = invoke("--diff", "--color", "never", "src")
+    assert result.exit_code == 0, result.stderr
+    patch = project / "migration.patch"
+    patch.write_bytes(result.stdout_bytes)
+    _git(project, "apply", "--check", "migration.patch")
+    _git(project, "apply", "migration.patch")
+
+    for name, data in DIFF_CASES.items():
+        assert (project / "src" / name).read_bytes() == data.replace(b"single_gpu", b"MIGRATED"), name
+
+
+@pytest.mark.skipif(shutil.which("patch") is None, reason="needs patch")
+def test_diff_output_applies_with_patch_p1(project, fake_engine):
+    for name, data in DIFF_CASES.items():
+        (project / name).write_bytes(data)
+    result = invoke(*DIFF_CASES)
+    (project / "migration.patch").write_bytes(result.stdout_bytes)
+    subprocess.run(["patch", "-p1", "-i", "migration.patch"], cwd=project, capture_output=True, check=True)
+    for name, data in DIFF_CASES.items():
+        assert (project / name).read_bytes() == data.replace(b"single_gpu", b"MIGRATED"), name
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_diff_with_the_real_engine_applies_to_give_migrate_output(project):
+    _git(project, "init", "-q")
+    write(project / "a.py", SCRIPT)
+    write(project / "b.py", CLEAN)
+    result = invoke("a.py", "b.py")
+    assert result.exit_code == 0
+    if result.stdout:
+        (project / "p.patch").write_bytes(result.stdout_bytes)
+        _git(project, "apply", "p.patch")
+    assert (project / "a.py").read_text() == real_migrate(SCRIPT).code
+    assert (project / "b.py").read_text() == real_migrate(CLEAN).code
+
+
+def test_color_always_highlights_and_never_is_plain(project, fake_engine):
+    write(project / "a.py", SCRIPT)
+    coloured = invoke("--diff", "--color", "always", "a.py")
+    plain = invoke("--diff", "--color", "never", "a.py")
+    assert "\x1b[" in coloured.stdout
+    assert "\x1b[" not in plain.stdout
+    assert "\x1b[" not in plain.stderr
+    assert plain.stdout == unified_diff(SCRIPT, SCRIPT.replace(MARKER, MIGRATED), "a.py")
+
+
+def test_auto_colour_is_plain_when_piped(project, fake_engine):
+    write(project / "a.py", SCRIPT)
+    result = invoke("--diff", "a.py")
+    assert "\x1b[" not in result.stdout + result.stderr
+
+
+# --------------------------------------------------------------------------- in-place
+
+
+def test_in_place_writes_changed_files_only(project, fake_engine):
+    write(project / "a.py", SCRIPT)
+    clean = write(project / "b.py", CLEAN)
+    before = clean.stat().st_mtime_ns
+    result = invoke("--in-place", "a.py", "b.py")
+    assert result.exit_code == 0
+    assert result.stdout == ""
+    assert (project / "a.py").read_text() == SCRIPT.replace(MARKER, MIGRATED)
+    assert clean.read_text() == CLEAN and clean.stat().st_mtime_ns == before
+    assert lines(result.stderr) == [
+        "a.py:5:10 DDP001 replaced single_gpu",
+        "migrated a.py",
+        "1 file migrated, 1 left unchanged",
+    ]
+
+
+def test_in_place_keeps_encoding_bom_and_newlines(project, fake_engine):
+    data = b"\xef\xbb\xbf# x\r\nx = 'single_gpu'\r\ny = '\xc3\xa9'"
+    (project / "a.py").write_bytes(data)
+    assert invoke("--in-place", "a.py").exit_code == 0
+    assert (project / "a.py").read_bytes() == data.replace(b"single_gpu", b"MIGRATED")
+
+
+def test_in_place_second_run_is_a_no_op(project, fake_engine):
+    write(project / "a.py", SCRIPT)
+    invoke("--in-place", "a.py")
+    again = invoke("--in-place", "a.py")
+    assert again.exit_code == 0
+    assert lines(again.stderr) == ["1 file left unchanged"]
+
+
+def test_in_place_refuses_a_file_edited_during_the_run(project, monkeypatch):
+    path = write(project / "a.py", SCRIPT)
+    write(project / "b.py", SCRIPT)
+
+    def racing_engine(source, options=None):
+        path.write_text(SCRIPT + "# edited by someone else\n")
+        return fake_migrate(source, options)
+
+    monkeypatch.setattr(cli_module, "migrate", racing_engine)
+    result = invoke("--in-place", "a.py", "b.py")
+    assert result.exit_code == 2
+    assert "a.py: changed on disk since it was read; not overwritten" in lines(result.stderr)
+    assert path.read_text() == SCRIPT + "# edited by someone else\n"
+    assert (project / "b.py").read_text() == SCRIPT.replace(MARKER, MIGRATED)
+
+
+# --------------------------------------------------------------------------- check
+
+
+@pytest.mark.parametrize(
+    "files, expected",
+    [
+        ({"clean.py": CLEAN}, 0),
+        ({"a.py": SCRIPT, "clean.py": CLEAN}, 1),
+        ({"py2.py": PY2, "clean.py": CLEAN}, 2),
+        ({"a.py": SCRIPT, "py2.py": PY2}, 3),
+    ],
+    ids=["clean-0", "would-change-1", "parse-error-2", "both-3"],
+)
+def test_check_exit_codes(project, fake_engine, files, expected):
+    for name, text in files.items():
+        write(project / name, text)
+    result = invoke("--check", *files)
+    assert result.exit_code == expected
+    assert result.stdout == ""  # no diff without --diff
+    for name, text in files.items():
+        assert (project / name).read_text() == text
+
+
+def test_check_shows_changes_and_status_but_no_diff(project, fake_engine):
+    write(project / "a.py", SCRIPT)
+    result = invoke("--check", "a.py")
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert lines(result.stderr) == [
+        "a.py:5:10 DDP001 replaced single_gpu",
+        "would migrate a.py",
+        "1 file would be migrated",
+    ]
+
+
+def test_check_with_diff_prints_the_diff_and_exits_1(project, fake_engine):
+    write(project / "a.py", SCRIPT)
+    result = invoke("--check", "--diff", "a.py")
+    assert result.exit_code == 1
+    assert result.stdout == unified_diff(SCRIPT, SCRIPT.replace(MARKER, MIGRATED), "a.py")
+    assert (project / "a.py").read_text() == SCRIPT
+
+
+def test_check_of_a_directory(project, fake_engine):
+    write(project / "pkg" / "a.py", SCRIPT)
+    write(project / "pkg" / "b.py", CLEAN)
+    write(project / "pkg" / "c.py", CLEAN)
+    result = invoke("--check", "pkg")
+    assert result.exit_code == 1
+    assert lines(result.stderr)[-1] == "1 file would be migrated, 2 left unchanged"
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_python2_file_is_reported_and_left_identical_while_others_proceed(project, fake_engine):
+    py2 = project / "old.py"
+    py2.write_bytes(PY2.replace("\n", "\r\n").encode())
+    before = py2.read_bytes()
+    write(project / "a.py", SCRIPT)
+
+    result = invoke("--in-place", "old.py", "a.py")
+
+    assert result.exit_code == 2
+    assert py2.read_bytes() == before
+    assert (project / "a.py").read_text() == SCRIPT.replace(MARKER, MIGRATED)
+    err = lines(result.stderr)
+    parse_errors = [line for line in err if line.startswith("old.py:")]
+    assert len(parse_errors) == 1
+    assert parse_errors[0].startswith("old.py:3:0: cannot parse: ")
+    assert "Traceback" not in result.stderr
+    assert err[-1] == "1 file migrated, 1 failed"
+
+
+def test_python2_file_with_the_real_engine(project):
+    """Whatever the engine makes of it, the CLI never rewrites a file the engine cannot parse."""
+    write(project / "old.py", PY2)
+    write(project / "a.py", SCRIPT)
+    result = invoke("--in-place", "old.py", "a.py")
+    try:
+        expected_old = real_migrate(PY2).code
+    except SourceParseError as exc:
+        assert result.exit_code == 2
+        assert f"old.py:{exc.line}:{exc.col}: cannot parse: " in result.stderr
+        expected_old = PY2
+    assert (project / "old.py").read_text() == expected_old
+    assert (project / "a.py").read_text() == real_migrate(SCRIPT).code
+
+
+def test_undecodable_file_is_a_parse_error_with_position(project, fake_engine):
+    (project / "latin.py").write_bytes(b"x = 1\ns = '\xe9'\n")
+    write(project / "a.py", SCRIPT)
+    result = invoke("--check", "latin.py", "a.py")
+    assert result.exit_code == 3
+    assert any(line.startswith("latin.py:2:5: cannot parse: ") for line in lines(result.stderr))
+
+
+def test_internal_error_is_one_line_and_the_run_continues(project, monkeypatch):
+    def flaky(source, options=None):
+        if "boom" in source:
+            raise RuntimeError("boom\nsecond line")
+        return fake_migrate(source, options)
+
+    monkeypatch.setattr(cli_module, "migrate", flaky)
+    write(project / "bad.py", "boom = 1\n")
+    write(project / "a.py", SCRIPT)
+    result = invoke("--in-place", "bad.py", "a.py")
+    assert result.exit_code == 2
+    assert "bad.py: internal error: RuntimeError: boom second line" in lines(result.stderr)
+    assert "Traceback" not in result.stderr
+    assert (project / "a.py").read_text() == SCRIPT.replace(MARKER, MIGRATED)
+
+    verbose = invoke("-v", "--check", "bad.py")
+    assert "Traceback (most recent call last)" in verbose.stderr
+
+
+def test_introduced_syntax_error_writes_nothing(project, monkeypatch):
+    def broken(source, options=None):
+        raise IntroducedSyntaxError("line 3: unexpected indent")
+
+    monkeypatch.setattr(cli_module, "migrate", broken)
+    write(project / "a.py", SCRIPT)
+    result = invoke("--in-place", "a.py")
+    assert result.exit_code == 2
+    assert (project / "a.py").read_text() == SCRIPT
+    (message,) = [line for line in lines(result.stderr) if line.startswith("a.py")]
+    assert message.startswith("a.py: internal error: ")
+
+
+def test_nonexistent_path_is_one_line_and_exit_2(project, fake_engine):
+    write(project / "a.py", SCRIPT)
+    result = invoke("--in-place", "a.py", "missing.py")
+    assert result.exit_code == 2
+    assert lines(result.stderr) == ["missing.py: no such file or directory"]
+    assert (project / "a.py").read_text() == SCRIPT
+
+
+# --------------------------------------------------------------------------- output details
+
+
+def test_diagnostics_mark_fixable_with_star(project, fake_engine):
+    write(project / "a.py", "x = 1  # ADVISE NOTE\n")
+    result = invoke("--check", "a.py")
+    assert lines(result.stderr)[:2] == [
+        "a.py:1:0 DDP101 [*] fake advisory",
+        "a.py:1:0 DDP102 fake note",
+    ]
+
+
+def test_quiet_keeps_errors_and_code_only(project, fake_engine):
+    write(project / "a.py", SCRIPT + "# ADVISE\n")
+    write(project / "py2.py", PY2)
+    result = invoke("-q", "--diff", "a.py", "py2.py")
+    assert result.exit_code == 2
+    assert result.stdout.startswith("--- a/a.py\n")
+    assert lines(result.stderr) == [line for line in lines(result.stderr) if line.startswith("py2.py:3:")]
+    assert len(lines(result.stderr)) == 1
+
+
+def test_quiet_check_prints_nothing_but_keeps_the_exit_code(project, fake_engine):
+    write(project / "a.py", SCRIPT)
+    result = invoke("--check", "-q", "a.py")
+    assert result.exit_code == 1
+    assert result.stdout == result.stderr == ""
+
+
+def test_summary_is_last_and_pluralised(project, fake_engine):
+    for name in ("a.py", "b.py"):
+        write(project / name, SCRIPT)
+    for name in ("c.py", "d.py", "e.py"):
+        write(project / name, CLEAN)
+    write(project / "f.py", PY2)
+    result = invoke("--check", ".")
+    assert lines(result.stderr)[-1] == "2 files would be migrated, 3 left unchanged, 1 failed"
+
+
+def test_gitignored_files_are_not_migrated(project, fake_engine):
+    write(project / ".gitignore", "generated/\n")
+    write(project / "generated" / "a.py", SCRIPT)
+    write(project / "b.py", SCRIPT)
+    result = invoke("--check", ".")
+    assert lines(result.stderr)[-1] == "1 file would be migrated"
+
+
+def test_empty_directory(project, fake_engine):
+    (project / "empty").mkdir()
+    result = invoke("empty")
+    assert result.exit_code == 0
+    assert lines(result.stderr) == ["no Python files found"]
+
+
+# --------------------------------------------------------------------------- usage
+
+
+@pytest.mark.parametrize(
+    "flags", [["--in-place", "--diff"], ["--in-place", "--check"], ["--color", "sometimes"], []], ids=str
+)
+def test_usage_errors_exit_2(project, fake_engine, flags):
+    write(project / "a.py", SCRIPT)
+    result = invoke(*flags, *(["a.py"] if flags else []))
+    assert result.exit_code == 2
+    assert (project / "a.py").read_text() == SCRIPT
+
+
+def test_version():
+    result = invoke("--version")
+    assert result.exit_code == 0
+    assert result.stdout == f"ddp-migrate {migrator.__version__}\n"
+
+
+@pytest.mark.parametrize(
+    "flags, single, mode",
+    [
+        ({}, True, WriteBack.PRINT),
+        ({}, False, WriteBack.DIFF),
+        ({"diff": True}, True, WriteBack.DIFF),
+        ({"in_place": True}, True, WriteBack.IN_PLACE),
+        ({"check": True}, True, WriteBack.CHECK),
+        ({"check": True, "diff": True}, False, WriteBack.CHECK_DIFF),
+    ],
+)
+def test_flags_collapse_into_one_write_back_mode(flags, single, mode):
+    kwargs = {"diff": False, "in_place": False, "check": False, **flags}
+    assert WriteBack.from_flags(single_file=single, **kwargs) is mode
+
+
+@pytest.mark.parametrize(
+    "mode, counts, summary, code",
+    [
+        (WriteBack.CHECK, (1, 0, 0), "1 file would be migrated", 1),
+        (WriteBack.DIFF, (2, 5, 1), "2 files would be migrated, 5 left unchanged, 1 failed", 2),
+        (WriteBack.IN_PLACE, (2, 1, 0), "2 files migrated, 1 left unchanged", 0),
+        (WriteBack.IN_PLACE, (0, 1, 0), "1 file left unchanged", 0),
+        (WriteBack.CHECK, (0, 0, 2), "2 files failed", 2),
+        (WriteBack.CHECK_DIFF, (3, 0, 1), "3 files would be migrated, 1 failed", 3),
+        (WriteBack.PRINT, (0, 0, 0), "no Python files found", 0),
+    ],
+)
+def test_report_summary_and_exit_code(mode, counts, summary, code):
+    report = Report(mode, *counts)
+    assert str(report) == summary
+    assert report.return_code == code
+
+
+# --------------------------------------------------------------------------- diff.py
+
+
+def test_unified_diff_no_newline_markers():
+    patch = unified_diff("a\nb", "a\nc", "x.py")
+    assert patch == (
+        "--- a/x.py\n+++ b/x.py\n@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+c\n"
+        "\\ No newline at end of file\n"
+    )
+    assert unified_diff("a\n", "a\n", "x.py") == ""
+    assert unified_diff("a", "a\n", "x.py").endswith("-a\n\\ No newline at end of file\n+a\n")
+
+
+def test_unified_diff_splits_on_newline_only():
+    patch = unified_diff("a\r\nb\x0cc\n", "a\r\nB\x0cc\n", "dir\\x.py" if os.sep == "\\" else "dir/x.py")
+    assert " a\r\n-b\x0cc\n+B\x0cc\n" in patch
+    assert patch.startswith("--- a/dir/x.py\n+++ b/dir/x.py\n")
+
+
+# --------------------------------------------------------------------------- the installed entry point
+
+
+def _entry_point() -> Optional[str]:
+    scripts = Path(sys.executable).parent
+    for name in ("ddp-migrate", "ddp-migrate.exe"):
+        if (scripts / name).exists():
+            return str(scripts / name)
+    return shutil.which("ddp-migrate")
+
+
+@pytest.mark.skipif(_entry_point() is None, reason="ddp-migrate is not installed")
+def test_installed_entry_point_runs_as_a_subprocess(tmp_path):
+    exe = _entry_point()
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE")}
+    (tmp_path / "a.py").write_bytes(SCRIPT.replace("\n", "\r\n").encode())
+    (tmp_path / "old.py").write_text(PY2)
+
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True, env=env)
+    assert version.returncode == 0 and version.stdout.strip() == f"ddp-migrate {migrator.__version__}"
+
+    printed = subprocess.run([exe, "a.py"], cwd=tmp_path, capture_output=True, env=env)
+    assert printed.returncode == 0
+    assert printed.stdout == real_migrate(SCRIPT.replace("\n", "\r\n")).code.encode()
+
+    checked = subprocess.run([exe, "--check", "a.py", "old.py"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    expected = 0
+    if real_migrate(SCRIPT.replace("\n", "\r\n")).changed:
+        expected |= 1
+    try:
+        real_migrate(PY2)
+    except SourceParseError as exc:
+        expected |= 2
+        assert f"old.py:{exc.line}:{exc.col}: cannot parse: " in checked.stderr
+    assert checked.returncode == expected, checked.stderr
+    assert "Traceback" not in checked.stderr
+    assert (tmp_path / "old.py").read_text() == PY2
+
+    missing = subprocess.run([exe, "nope.py"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert missing.returncode == 2
+    assert missing.stderr == "nope.py: no such file or directory\n"
