@@ -15,6 +15,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from migrator import names as N
 from migrator.bindings import NameIndex, ScopeOwner
+from migrator.dataflow import Flow, LoaderFact, ModelUse, SaveSite
 
 Block = Union[cst.Module, cst.IndentedBlock]
 Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
@@ -65,6 +66,11 @@ class ModelFact:
     already_ddp: bool
     scope: Optional[ScopeOwner]
     device_expr: Optional[str] = None  # a torch.device variable visible where the model is built
+    # DataParallel inside branches (imagenet's `if arch.startswith("vgg"): model.features = DP(...)`
+    # `else: model = DP(model).cuda()`): each is unwrapped in place and one DDP wraps the whole
+    # model after the branches.
+    stripped: Tuple[DataParallelSite, ...] = ()
+    rebound: Tuple[Statement, ...] = ()  # later `model = ...` (a reloaded model): wrapped again there
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,8 @@ class ImportNames:
     ddp: str
     ddp_import_needed: bool
     os_import_needed: bool
+    sampler: str = "DistributedSampler"
+    sampler_import_needed: bool = True
 
 
 class LazyPositions:
@@ -120,6 +128,7 @@ class ScriptFacts:
     module: cst.Module
     positions: LazyPositions
     local_names: Mapping[ScopeOwner, FrozenSet[str]]  # names bound in each function (or the module)
+    owners: Mapping[cst.CSTNode, ScopeOwner]  # node -> the function (or class, or module) it runs in
     entry: Optional[EntryPoint]
     has_main_guard: bool
     has_init_process_group: bool
@@ -133,11 +142,23 @@ class ScriptFacts:
     device_var: Optional[str]  # the device variable of the entry scope, if the script has one
     local_rank_at_module: Optional[Statement]  # a module-level device needs local_rank before this statement
     names: ImportNames
+    loaders: Tuple[LoaderFact, ...]
+    saves: Tuple[SaveSite, ...]
+    log_statements: Tuple[Statement, ...]  # per-step/epoch prints and logs
+    reads_after_write: Tuple[Statement, ...]  # loads of a checkpoint written earlier: barrier first
+    model_uses: Tuple[ModelUse, ...]  # attributes of wrapped models (state_dict, custom methods)
+    whole_model_saves: Tuple[Tuple[cst.Arg, ModelFact], ...]  # torch.save(model, f) after the wrap
+    bare_unwraps: Tuple[Tuple[cst.Name, ModelFact], ...]  # `model._orig_mod if c else model`: the bare `model`
+    torch_loads: Tuple[Tuple[cst.Call, Optional[str]], ...]  # torch.load without map_location, device in reach
     dataparallel_imports: Tuple[Tuple[str, str, Optional[str]], ...]  # (module, name, asname) to drop if unused
 
     def line_col(self, node: cst.CSTNode) -> Tuple[int, int]:
+        """1-based line and column, as editors and linters show them."""
         pos = self.positions.get(node)
-        return (pos.start.line, pos.start.column) if pos else (1, 0)
+        return (pos.start.line, pos.start.column + 1) if pos else (1, 1)
+
+    def owner_of(self, node: cst.CSTNode) -> ScopeOwner:
+        return self.owners.get(node, self.module)
 
     @property
     def trains(self) -> bool:
@@ -147,7 +168,11 @@ class ScriptFacts:
     def unrewritable_dataparallel(self) -> Tuple[DataParallelSite, ...]:
         """DataParallel sites that do not wrap a traced, trained model (the file is then left alone)."""
         traced = {model.expr for model in self.models if model.definition is not None}
-        return tuple(site for site in self.dataparallel_sites if site.target not in traced)
+        return tuple(
+            site
+            for site in self.dataparallel_sites
+            if not any(site.target == t or (site.target or "").startswith(t + ".") for t in traced)
+        )
 
     def local_rank_visible(self, scope: Optional[ScopeOwner]) -> bool:
         """Will the `local_rank` variable written by the setup be visible from `scope`?"""
@@ -175,6 +200,11 @@ class _Collector(NameIndex):
         self.main_guards: List[cst.If] = []
         self.assignments: List[Tuple[str, cst.SimpleStatementLine]] = []
         self.expr_calls: List[Tuple[str, str, cst.SimpleStatementLine]] = []  # (receiver, method, statement)
+        self.loops: List[Union[cst.For, cst.While]] = []
+        self.functions: List[cst.FunctionDef] = []
+        self.attributes: List[cst.Attribute] = []
+        self.classes: List[cst.ClassDef] = []
+        self.log_statements: List[cst.SimpleStatementLine] = []
 
     def qnames(self, node: cst.CSTNode) -> Set[str]:
         qualified = self.resolve(node)
@@ -194,6 +224,22 @@ class _Collector(NameIndex):
             if m.matches(node.func, m.Attribute(attr=m.Name("cuda"))) and self.resolve(node.func.value) != "torch":  # type: ignore[attr-defined]
                 self.cuda_calls.append(node)
 
+    def visit_For(self, node: cst.For) -> None:
+        super().visit_For(node)
+        self.loops.append(node)
+
+    def visit_While(self, node: cst.While) -> None:
+        self.loops.append(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.functions.append(node)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.classes.append(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self.attributes.append(node)
+
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         if N.is_cuda_string(node):
             self.device_strings.append(node)
@@ -203,6 +249,8 @@ class _Collector(NameIndex):
             self.main_guards.append(node)
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        if N.is_log_statement(node):
+            self.log_statements.append(node)
         for small in node.body:
             if isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
                 targets = (
@@ -229,6 +277,25 @@ class _Analysis:
         self.module = module
         self.c = c
         self.parents = c.parents
+        self.positions = LazyPositions(module)
+        self.calls_inside = self._index_calls()
+
+    def _index_calls(self) -> Dict[cst.CSTNode, List[cst.Call]]:
+        """Calls under each loop, function and class, from one walk up each call's ancestors."""
+        index: Dict[cst.CSTNode, List[cst.Call]] = {self.module: list(self.c.calls)}
+        kinds = (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.With, cst.If)
+        for call in self.c.calls:
+            for anc in self.ancestors(call):
+                if isinstance(anc, kinds):
+                    index.setdefault(anc, []).append(call)
+        return index
+
+    def is_inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+        return container is self.module or any(anc is container for anc in self.ancestors(node))
+
+    def comes_after(self, node: cst.CSTNode, statement: cst.CSTNode) -> bool:
+        here, there = self.positions.get(node), self.positions.get(statement)
+        return here is not None and there is not None and (here.start.line, here.start.column) > (there.end.line, there.end.column)
 
     # -- tree helpers ---------------------------------------------------------------
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
@@ -284,8 +351,9 @@ class _Analysis:
             )
         facts = ScriptFacts(
             module=self.module,
-            positions=LazyPositions(self.module),
+            positions=self.positions,
             local_names={owner: frozenset(names) for owner, names in self.c.bound.items()},
+            owners=self.c.owners,
             entry=entry,
             has_main_guard=guard is not None,
             has_init_process_group=bool(self.calls(N.INIT_PROCESS_GROUP)),
@@ -300,8 +368,41 @@ class _Analysis:
             local_rank_at_module=self.module_level_device_statement(entry),
             names=self.import_names(),
             dataparallel_imports=self.dataparallel_imports(),
+            **self.flow_facts(models),
         )
-        return facts
+        return replace(facts, models=tuple(replace(m_, rebound=self.rebound.get(m_.expr, ())) for m_ in facts.models))
+
+    def flow_facts(self, models: Tuple[ModelFact, ...]) -> dict:
+        flow = Flow(self)
+        loaders = flow.loaders()
+        wrapped = [m_ for m_ in models if not m_.already_ddp and m_.wrap_after is not None]
+        self.rebound = {m_.expr: flow.reassignments(m_) for m_ in wrapped}
+        uses = tuple(use for model in wrapped for use in flow.model_uses(model, model.wrap_after))
+        saves = flow.saves()
+        return dict(
+            loaders=loaders,
+            saves=saves,
+            reads_after_write=flow.reads_after_write(saves),
+            log_statements=flow.print_statements(loaders),
+            model_uses=uses,
+            bare_unwraps=flow.bare_unwraps(uses),
+            whole_model_saves=tuple(self.whole_model_saves(flow, wrapped)),
+            torch_loads=tuple(
+                (call, self.device_expr_at(call)) for call in self.calls(N.TORCH_LOAD) if not _has_map_location(call)
+            ),
+        )
+
+    def whole_model_saves(self, flow: Flow, wrapped) -> List[Tuple[cst.Arg, ModelFact]]:
+        found = []
+        for call in self.calls(N.TORCH_SAVE):
+            if not call.args:
+                continue
+            saved = code_of(call.args[0].value)
+            for model in wrapped:
+                for spelling, scope, after in flow.wrapped_scopes(model, model.wrap_after):
+                    if saved == spelling and self.is_inside(call, scope) and (after is None or self.comes_after(call, after)):
+                        found.append((call.args[0], model))
+        return found
 
     # -- entry point -------------------------------------------------------------------
     def entry_point(self, guard: Optional[cst.If], models: Tuple[ModelFact, ...]) -> Optional[EntryPoint]:
@@ -322,6 +423,11 @@ class _Analysis:
             for name in _called_names(statement):
                 target = functions.get(name)
                 if isinstance(target, cst.FunctionDef) and self.reaches(target, sites, functions, set()):
+                    if self.holds_loop(statement):
+                        # `for fold in range(5): train_loop(fold)`: one process group for all the
+                        # calls, so the setup goes in the launch block, before the loop.
+                        kind = "guard" if guard is not None else "module"
+                        return self.entry_in_block(kind, launch_block, None)
                     return self.entry_in_block("function", target.body, statement)  # type: ignore[arg-type]
         return None
 
@@ -337,6 +443,14 @@ class _Analysis:
             (m_.definition for m_ in models if m_.definition is not None and self.parent(m_.definition) is self.module),
             None,
         )
+
+    def holds_loop(self, statement: cst.CSTNode) -> bool:
+        """A loop, or a try/with/if around one (`try: for epoch ...: except KeyboardInterrupt:`)."""
+        if isinstance(statement, (cst.For, cst.While)):
+            return True
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef, cst.SimpleStatementLine)):
+            return False
+        return any(self.is_inside(loop, statement) and self.enclosing_function(loop) is self.enclosing_function(statement) for loop in self.c.loops)
 
     def top_statement_in(self, node: cst.CSTNode, block: Block) -> Optional[Statement]:
         """The statement of `block` that contains `node`, unless a def/class lies in between."""
@@ -363,7 +477,7 @@ class _Analysis:
         while index < len(body) - 1 and N.is_preamble(body[index], module_level=isinstance(block, cst.Module)):
             index += 1
         scope = self.scope_of(body[index])
-        training = next((s for s in body[index:] if isinstance(s, (cst.For, cst.While))), body[index])
+        training = next((s for s in body[index:] if self.holds_loop(s)), body[index])
         return EntryPoint(kind, block, body[index], training, scope, call_statement)  # type: ignore[arg-type]
 
     # -- models ------------------------------------------------------------------------
@@ -412,18 +526,52 @@ class _Analysis:
                 if expr in models:
                     continue
                 definition = self.model_definition(expr, call)
-                dp = next((s for s in dp_sites if s.target == expr), None)
+                sites = [s for s in dp_sites if s.target == expr or (s.target or "").startswith(expr + ".")]
+                wrap_after = self.last_preparation(expr, definition) if definition is not None else None
+                stripped = self.nested_sites(sites, definition)
+                if stripped:
+                    wrap_after = self.after_branches(stripped, definition, wrap_after)
+                dp = None if stripped else next((s for s in sites if s.target == expr), None)
                 models[expr] = ModelFact(
                     expr=expr,
                     optimizer_call=call,
                     definition=definition,
-                    wrap_after=self.last_preparation(expr, definition) if definition is not None else None,
+                    wrap_after=wrap_after,
                     dataparallel=dp,
+                    stripped=stripped,
                     already_ddp=expr in ddp_targets,
                     scope=self.scope_of(definition) if definition is not None else None,
                     device_expr=self.device_expr_at(definition, typed=True) if definition is not None else None,
                 )
         return tuple(models.values())
+
+    def nested_sites(self, sites, definition) -> Tuple[DataParallelSite, ...]:
+        """DataParallel sites to unwrap in place: several, on a submodule, or in branches below the model's block.
+
+        One site in the model's own block (`model = DP(model)`, or the tutorial's
+        `if torch.cuda.device_count() > 1: model = DP(model)`) is simply replaced by the wrap.
+        """
+        if definition is None or not sites:
+            return ()
+        if len(sites) == 1:
+            site = sites[0]
+            holder = site.conditional or site.statement
+            if self.block_of(holder) is self.block_of(definition) and "." not in (site.target or "").replace(
+                code_of_target(definition), "", 1
+            ):
+                return ()
+        return tuple(sites)
+
+    def after_branches(self, sites, definition, wrap_after):
+        """The statement of the model's block that comes last among the branches holding `sites`."""
+        block = self.block_of(definition)
+        body = list(block.body)  # type: ignore[union-attr]
+        last = body.index(wrap_after)
+        for site in sites:
+            top = self.top_statement_in(site.statement, block)
+            if top is not None:
+                last = max(last, body.index(top))
+        return body[last]
 
     def model_definition(self, expr: str, optimizer_call: cst.Call) -> Optional[cst.SimpleStatementLine]:
         """The first statement assigning `expr` in the optimizer's function (or class, for self.x)."""
@@ -438,21 +586,35 @@ class _Analysis:
         return None
 
     def last_preparation(self, expr: str, definition: cst.SimpleStatementLine) -> Statement:
-        """Walk forward from the definition over statements that still prepare the model."""
+        """The last statement, before training starts, that still prepares the model.
+
+        Walks forward from the definition to the first loop (training) or return; statements
+        that move, compile, load or re-assign the model, also inside `if`/`with`/`try` blocks
+        (`if args.resume: model.load_state_dict(...)`), push the wrap further down: DDP must see the
+        model on its final device, and checkpoints load into it without a `module.` prefix.
+        """
         block = self.block_of(definition)
         body = list(block.body)  # type: ignore[union-attr]
         last: Statement = definition
         for statement in body[body.index(definition) + 1 :]:
-            if isinstance(statement, cst.If) and self.is_dataparallel_if(statement):
-                last = statement
-                continue
-            if not isinstance(statement, cst.SimpleStatementLine):
+            if isinstance(statement, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef)) or _returns(statement):
                 break
-            assigned = [t for t, s in self.c.assignments if s is statement]
-            called = [(r, meth) for r, meth, s in self.c.expr_calls if s is statement]
-            if expr in assigned or any(r == expr and meth in N.PREPARE_METHODS for r, meth in called):
+            if not isinstance(statement, cst.SimpleStatementLine) and any(
+                self.is_inside(loop, statement) for loop in self.c.loops
+            ):
+                break
+            if self.prepares(statement, expr):
                 last = statement
         return last
+
+    def prepares(self, statement: Statement, expr: str) -> bool:
+        if isinstance(statement, cst.SimpleStatementLine):
+            inside = lambda s: s is statement  # noqa: E731
+        else:
+            inside = lambda s: self.is_inside(s, statement)  # noqa: E731
+        if any(t == expr and inside(s) for t, s in self.c.assignments):
+            return True
+        return any(r == expr and meth in N.PREPARE_METHODS and inside(s) for r, meth, s in self.c.expr_calls)
 
     def is_dataparallel_if(self, statement: cst.If) -> bool:
         return any(anc is statement for call in self.calls(N.DATAPARALLEL) for anc in self.ancestors(call))
@@ -569,6 +731,7 @@ class _Analysis:
             "torch.nn.parallel.distributed.DistributedDataParallel"
         )
         taken = self.c.bound[self.module]
+        sampler = next((bound[q] for q in N.DISTRIBUTED_SAMPLER if q in bound), None)
         return ImportNames(
             torch=torch or "torch",
             torch_import_needed=torch is None,
@@ -577,6 +740,8 @@ class _Analysis:
             ddp=ddp or ("DDP" if "DDP" not in taken else "DistributedDataParallel"),
             ddp_import_needed=ddp is None,
             os_import_needed="os" not in bound,
+            sampler=sampler or "DistributedSampler",
+            sampler_import_needed=sampler is None,
         )
 
     def dataparallel_imports(self) -> Tuple[Tuple[str, str, Optional[str]], ...]:
@@ -611,6 +776,22 @@ def _called_names(node: cst.CSTNode) -> List[str]:
 
 def _referenced_names(node: cst.CSTNode) -> Set[str]:
     return {name.value for name in m.findall(node, m.Name())}  # type: ignore[attr-defined]
+
+
+def code_of_target(statement: cst.SimpleStatementLine) -> str:
+    small = statement.body[0]
+    target = small.targets[0].target if isinstance(small, cst.Assign) else getattr(small, "target", None)
+    return code_of(target) if target is not None else ""
+
+
+def _returns(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and any(isinstance(s, cst.Return) for s in statement.body)
+
+
+def _has_map_location(call: cst.Call) -> bool:
+    keywords = {arg.keyword.value for arg in call.args if arg.keyword is not None}
+    positional = [arg for arg in call.args if arg.keyword is None]
+    return "map_location" in keywords or len(positional) > 1
 
 
 def _strings_in(node: cst.CSTNode) -> List[cst.SimpleString]:

@@ -52,9 +52,20 @@ def parse(source: str) -> cst.Module:
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        raise SourceParseError(_first_line(exc.message), exc.raw_line, exc.raw_column) from None
+        raise _syntax_error(source, exc) from None
     except (RecursionError, MemoryError) as exc:  # pathological input; still not a traceback
-        raise SourceParseError(type(exc).__name__) from None
+        raise SourceParseError(f"{type(exc).__name__} while parsing") from None
+
+
+def _syntax_error(source: str, exc: cst.ParserSyntaxError) -> SourceParseError:
+    """CPython says it best ("Missing parentheses in call to 'print'"), and at the exact place."""
+    try:
+        ast.parse(source)
+    except SyntaxError as error:
+        return SourceParseError(error.msg, error.lineno or 0, error.offset or 0)
+    except (ValueError, RecursionError, MemoryError):
+        pass
+    return SourceParseError(_first_line(exc.message), exc.raw_line, exc.raw_column + 1)
 
 
 def _with_imports(module: cst.Module, plan: edits.Plan) -> cst.Module:

@@ -25,6 +25,7 @@ class Plan:
     before: Dict[cst.CSTNode, List[cst.BaseStatement]] = field(default_factory=dict)
     after: Dict[cst.CSTNode, List[cst.BaseStatement]] = field(default_factory=dict)
     wrap_tail: Dict[cst.CSTNode, Tuple[cst.CSTNode, List[cst.BaseStatement]]] = field(default_factory=dict)
+    guards: Dict[cst.CSTNode, str] = field(default_factory=dict)  # statement -> condition it runs under
     imports: List[Tuple[str, Optional[str], Optional[str]]] = field(default_factory=list)  # module, obj, asname
     unused_imports: List[Tuple[str, str, Optional[str]]] = field(default_factory=list)
     changes: List[Change] = field(default_factory=list)
@@ -43,13 +44,17 @@ class Plan:
         """Run `block` from `first` to its end in `try:`, with `final` in `finally:`."""
         self.wrap_tail[block] = (first, list(final))
 
+    def guard(self, statement: cst.CSTNode, condition: str) -> None:
+        """Run `statement` only when `condition` holds; neighbours with the same condition share one `if`."""
+        self.guards.setdefault(statement, condition)
+
     def need_import(self, module: str, obj: Optional[str] = None, asname: Optional[str] = None) -> None:
         if (module, obj, asname) not in self.imports:
             self.imports.append((module, obj, asname))
 
     @property
     def empty(self) -> bool:
-        return not (self.replacements or self.before or self.after or self.wrap_tail)
+        return not (self.replacements or self.before or self.after or self.wrap_tail or self.guards)
 
 
 class _Applier(cst.CSTTransformer):
@@ -58,15 +63,20 @@ class _Applier(cst.CSTTransformer):
         self.plan = plan
         self.produced: Dict[cst.CSTNode, cst.CSTNode] = {}  # original statement -> updated statement
         self.wrap_firsts: Set[cst.CSTNode] = {first for first, _ in plan.wrap_tail.values()}
+        self.guarded: Dict[cst.CSTNode, str] = {}  # updated statement -> its condition
 
     def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):  # type: ignore[override]
         result = updated
         for replacer in self.plan.replacements.get(original, ()):
             result = replacer(result)  # type: ignore[assignment]
+        if self.guarded and isinstance(result, (cst.IndentedBlock, cst.Module)):
+            result = self._merge_guards(result)
         if original in self.plan.wrap_tail:
             result = self._wrap_tail(original, result)
         if original in self.wrap_firsts:
             self.produced[original] = result
+        if original in self.plan.guards and isinstance(result, cst.BaseStatement):
+            self.guarded[result] = self.plan.guards[original]
         before = self.plan.before.get(original, [])
         after = self.plan.after.get(original, [])
         if before or after:
@@ -75,6 +85,26 @@ class _Applier(cst.CSTTransformer):
             if isinstance(result, cst.RemovalSentinel):
                 return cst.FlattenSentinel([*before, *after])
         return result
+
+    def _merge_guards(self, block):
+        body = list(block.body)
+        if not any(statement in self.guarded for statement in body):
+            return block
+        merged: List[cst.BaseStatement] = []
+        index = 0
+        while index < len(body):
+            condition = self.guarded.get(body[index])
+            if condition is None:
+                merged.append(body[index])
+                index += 1
+                continue
+            run = [body[index]]
+            index += 1
+            while index < len(body) and self.guarded.get(body[index]) == condition and not _has_comment(body[index]):
+                run.append(body[index])
+                index += 1
+            merged.append(_if_block(condition, run))
+        return block.with_changes(body=merged)
 
     def _wrap_tail(self, original: cst.CSTNode, updated):
         first, final = self.plan.wrap_tail[original]
@@ -98,6 +128,20 @@ def _unindent_blank_lines(statement):
         line.with_changes(indent=False) if line.comment is None else line for line in statement.leading_lines
     ]
     return statement.with_changes(leading_lines=lines)
+
+
+def _has_comment(statement) -> bool:
+    return any(line.comment is not None for line in statement.leading_lines)
+
+
+def _if_block(condition: str, statements: List[cst.BaseStatement]) -> cst.If:
+    first, rest = statements[0], statements[1:]
+    body = [first.with_changes(leading_lines=()), *(_unindent_blank_lines(s) for s in rest)]
+    return cst.If(
+        test=cst.parse_expression(condition),
+        body=cst.IndentedBlock(body=body),
+        leading_lines=first.leading_lines,
+    )
 
 
 def apply(module: cst.Module, plan: Plan) -> cst.Module:

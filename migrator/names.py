@@ -26,6 +26,13 @@ DDP = frozenset(
 INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group"})
 DESTROY_PROCESS_GROUP = frozenset({"torch.distributed.destroy_process_group"})
 TORCH_DEVICE = frozenset({"torch.device"})
+TORCH_SAVE = frozenset({"torch.save"})
+TORCH_LOAD = frozenset({"torch.load"})
+DATALOADER = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
+DISTRIBUTED_SAMPLER = frozenset(
+    {"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"}
+)
+ITERABLE_DATASET = frozenset({"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"})
 
 # Methods that still "prepare" a model after it is built: the DDP wrap goes after them
 # (DDP must see the module on its final device, and weights load without a `module.` prefix).
@@ -77,6 +84,11 @@ def _identifiers(node: cst.CSTNode):
 def mentions_cuda(test: cst.BaseExpression) -> bool:
     """`torch.cuda.is_available()`, `args.cuda`, `use_cuda`, `device.type == "cuda"`, `ngpu > 0`..."""
     return any("cuda" in word or "gpu" in word for word in _identifiers(test))
+
+
+def mentions_rank(test: cst.BaseExpression) -> bool:
+    """`rank == 0`, `dist.get_rank() == 0`, `args.local_rank in [-1, 0]`, `is_main_process()`..."""
+    return any("rank" in word or "main_process" in word or "is_master" in word for word in _identifiers(test))
 
 
 def is_gpu_count_test(test: cst.BaseExpression) -> bool:
@@ -135,3 +147,32 @@ def is_preamble(statement: cst.CSTNode, module_level: bool) -> bool:
     if module_level and isinstance(statement, (cst.Try, cst.If)) and not m.findall(statement, m.Call()):
         return True
     return False
+
+
+# What stays on the DDP wrapper: nn.Module's own API (tests/test_names.py checks this list
+# against dir(torch.nn.Module), so it cannot drift), the attributes every module instance has,
+# and DDP's own API. Anything else on a wrapped model (`model.encode(x)`, `model.num_classes`)
+# belongs to the user's class and must go through `model.module`.
+NN_MODULE_API = frozenset(
+    """
+    T_destination _apply _call_impl _compiled_call_impl _get_backward_hooks _get_backward_pre_hooks _get_name
+    _load_from_state_dict _maybe_warn_non_full_backward_hook _named_members _register_load_state_dict_pre_hook
+    _register_state_dict_hook _replicate_for_data_parallel _save_to_state_dict _slow_forward _version
+    _wrapped_call_impl add_module apply bfloat16 buffers call_super_init children compile cpu cuda double
+    dump_patches eval extra_repr float forward get_buffer get_extra_state get_parameter get_submodule half ipu
+    load_state_dict modules mtia named_buffers named_children named_modules named_parameters parameters
+    register_backward_hook register_buffer register_forward_hook register_forward_pre_hook
+    register_full_backward_hook register_full_backward_pre_hook register_load_state_dict_post_hook
+    register_load_state_dict_pre_hook register_module register_parameter register_state_dict_post_hook
+    register_state_dict_pre_hook requires_grad_ set_extra_state set_submodule share_memory state_dict to
+    to_empty train type xpu zero_grad
+    training _parameters _buffers _modules _non_persistent_buffers_set _backward_hooks _backward_pre_hooks
+    _forward_hooks _forward_pre_hooks _state_dict_hooks _load_state_dict_pre_hooks _forward_hooks_with_kwargs
+    _forward_hooks_always_called _forward_pre_hooks_with_kwargs _is_full_backward_hook _load_state_dict_post_hooks
+    _state_dict_pre_hooks
+    module no_sync join join_hook register_comm_hook broadcast_buffers gather scatter device_ids output_device
+    process_group
+    """.split()
+)
+# Attributes whose meaning changes with the wrap: the checkpoint rule decides about them.
+STATE_DICT_METHODS = frozenset({"state_dict", "load_state_dict"})

@@ -7,7 +7,7 @@ from typing import Tuple
 
 @dataclass(frozen=True)
 class Change:
-    """One rewrite the engine made, located in the *original* source (1-based line, 0-based col)."""
+    """One rewrite the engine made, located in the *original* source (1-based line and column)."""
 
     code: str
     line: int
@@ -17,7 +17,7 @@ class Change:
 
 @dataclass(frozen=True)
 class Diagnostic:
-    """Something the engine noticed and did not (or could not) rewrite, with a hint for a human."""
+    """Something the engine noticed and did not (or could not) rewrite (1-based line and column)."""
 
     code: str
     line: int

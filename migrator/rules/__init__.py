@@ -10,7 +10,17 @@ from typing import Callable, Dict, Tuple
 from migrator.analysis import ScriptFacts
 from migrator.edits import Plan
 from migrator.rule import Rule
-from migrator.rules import advisories, device, process_group, shutdown, wrap_model
+from migrator.rules import (
+    advisories,
+    device,
+    process_group,
+    rank_zero,
+    sampler,
+    set_epoch,
+    shutdown,
+    unwrap_module,
+    wrap_model,
+)
 
 Planner = Callable[[ScriptFacts, Plan], None]
 
@@ -20,6 +30,12 @@ FIXERS: Tuple[Tuple[Rule, Planner], ...] = (
     (device.RULE, device.plan),
     (wrap_model.RULE, wrap_model.plan),
     (shutdown.RULE, shutdown.plan),
+    (sampler.RULE, sampler.plan),
+    (set_epoch.RULE, set_epoch.plan),
+    (rank_zero.CHECKPOINT, rank_zero.plan_checkpoints),
+    (rank_zero.LOGGING, rank_zero.plan_logging),
+    (unwrap_module.CHECKPOINT_KEYS, unwrap_module.plan_checkpoint_keys),
+    (unwrap_module.MODULE_API, unwrap_module.plan_module_api),
 )
 
 RULES: Tuple[Rule, ...] = tuple(rule for rule, _ in FIXERS) + advisories.RULES

@@ -196,4 +196,62 @@ if __name__ == "__main__":
     ),
 )
 
-RULES = (NO_ENTRY_POINT, CUDA_CALL_LEFT, DATAPARALLEL_SHAPE, MODEL_NOT_TRACED, IMPORT_TIME_MODEL)
+CUSTOM_SAMPLER = Rule(
+    code="DDP106",
+    name="loader-has-sampler",
+    summary="training loader has its own sampler/batch_sampler: left unsharded; shard it by rank yourself",
+    what="""
+A training DataLoader that already passes `sampler=` or `batch_sampler=` (a WeightedRandomSampler,
+a bucketing batch sampler). The tool cannot combine it with a DistributedSampler, so it leaves it.""",
+    why="Every rank would draw from the whole dataset: duplicated work, no speed-up.",
+    fix="Give each rank its own slice (e.g. weights[rank::world_size]) or use a distributed version of the sampler.",
+    fix_safety="Not fixable automatically.",
+    fixable=False,
+)
+
+ITERABLE_DATASET = Rule(
+    code="DDP107",
+    name="iterable-dataset",
+    summary="training loader reads an IterableDataset: shard it by rank inside __iter__",
+    what="A training DataLoader over an `IterableDataset`, which a DistributedSampler cannot index.",
+    why="Every rank would stream the same samples.",
+    fix="Split the stream in `__iter__` with torch.distributed.get_rank() / get_world_size() (and the worker info).",
+    fix_safety="Not fixable automatically.",
+    fixable=False,
+)
+
+UNTRACED_LOADER = Rule(
+    code="DDP108",
+    name="untraced-loader",
+    summary="training loader the tool cannot trace (built in an expression, a lambda, or elsewhere): shard it by hand",
+    what="A DataLoader the tool cannot follow from where it is built to the loop that trains on it.",
+    why="A loader that trains but is not sharded makes every rank repeat the same work.",
+    fix="Assign the loader to a variable, or add `sampler=DistributedSampler(dataset)` yourself.",
+    fix_safety="Not fixable automatically.",
+    fixable=False,
+)
+
+NO_EPOCH_LOOP = Rule(
+    code="DDP109",
+    name="no-epoch-loop",
+    summary="no epoch loop drives this sharded loader: call sampler.set_epoch(...) whenever a new pass starts",
+    what="""
+The loader was sharded but the loop over it is not inside a `for epoch in ...` loop the tool can
+find (a `while True:` step loop, or a single pass).""",
+    why="Without set_epoch the DistributedSampler repeats the same order on every pass.",
+    fix="Count passes over the loader and call `loader.sampler.set_epoch(pass_index)` before each one.",
+    fix_safety="Not fixable automatically.",
+    fixable=False,
+)
+
+RULES = (
+    NO_ENTRY_POINT,
+    CUDA_CALL_LEFT,
+    DATAPARALLEL_SHAPE,
+    MODEL_NOT_TRACED,
+    IMPORT_TIME_MODEL,
+    CUSTOM_SAMPLER,
+    ITERABLE_DATASET,
+    UNTRACED_LOADER,
+    NO_EPOCH_LOOP,
+)

@@ -96,12 +96,20 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
         if model.already_ddp or model.definition is None:
             continue
         wrapped = True
-        if model.dataparallel is not None:
+        if model.stripped:
+            _strip_dataparallel(facts, plan, model)
+        elif model.dataparallel is not None:
             _replace_dataparallel(facts, plan, model, model.dataparallel)
         else:
             plan.insert_after(model.wrap_after, _wrap_statement(facts, model))
             line, col = facts.line_col(model.wrap_after)
             plan.changes.append(Change(RULE.code, line, col, f"{model.expr} wrapped in DistributedDataParallel"))
+    for model in facts.models:
+        for statement in model.rebound if not model.already_ddp and model.definition is not None else ():
+            # A reloaded model (`model = torch.load(f)`): wrap it again so every use stays consistent.
+            plan.insert_after(statement, _wrap_statement(facts, model))
+            line, col = facts.line_col(statement)
+            plan.changes.append(Change(RULE.code, line, col, f"reloaded {model.expr} wrapped in DistributedDataParallel again"))
     if wrapped and facts.names.ddp_import_needed:
         plan.need_import("torch.nn.parallel", "DistributedDataParallel", facts.names.ddp if facts.names.ddp != "DistributedDataParallel" else None)
     for module, name, asname in facts.dataparallel_imports:
@@ -142,3 +150,26 @@ def _replace_dataparallel(facts: ScriptFacts, plan: Plan, model: ModelFact, site
         plan.insert_after(model.wrap_after, new)
     what = "conditional DataParallel" if site.conditional else "DataParallel"
     plan.changes.append(Change(RULE.code, line, col, f"{what} on {model.expr} becomes DistributedDataParallel"))
+
+
+def _strip_dataparallel(facts: ScriptFacts, plan: Plan, model: ModelFact) -> None:
+    """DataParallel in branches or on submodules: unwrap each, then one DDP around the whole model."""
+    for site in model.stripped:
+        line, col = facts.line_col(site.call)
+        moved_only = site.target == model.expr and site.chained is not None
+        if moved_only:
+            # `model = DP(model).cuda()` -> `model = model.cuda()`: still moved to its device.
+            chained = site.chained
+            plan.replace(chained, lambda c, site=site: c.with_changes(func=c.func.with_changes(value=site.inner)))
+        else:
+            # `model.features = DP(model.features)` or `model = DP(model)`: nothing left to do there.
+            plan.replace(site.statement, _remove_statement)
+        plan.changes.append(Change(RULE.code, line, col, f"DataParallel removed: {model.expr} is wrapped whole in DDP below"))
+    plan.insert_after(model.wrap_after, _wrap_statement(facts, model))
+    line, col = facts.line_col(model.wrap_after)
+    plan.changes.append(Change(RULE.code, line, col, f"{model.expr} wrapped in DistributedDataParallel"))
+
+
+def _remove_statement(statement):
+    # A block may not become empty: leave `pass` where the statement was alone.
+    return cst.RemoveFromParent()

@@ -1,0 +1,76 @@
+"""DDP012 / DDP013: one writer per checkpoint, one voice in the log: rank 0 only.
+
+Guards go around statements, never around code every rank must run: a checkpoint helper
+(`save_checkpoint(state, is_best)`) is guarded at its call sites only when it holds no loop,
+no backward/step and no collective; otherwise the `torch.save` inside it is guarded.
+"""
+from __future__ import annotations
+
+from migrator.analysis import ScriptFacts
+from migrator.edits import Plan
+from migrator.rule import Example, Rule
+from migrator.rules import _build
+from migrator.rules.process_group import needs_setup
+from migrator.types import Change
+
+CHECKPOINT = Rule(
+    code="DDP012",
+    name="rank-zero-checkpoint",
+    summary="write checkpoints on rank 0 only",
+    what="""
+Guards every `torch.save(...)` with `if dist.get_rank() == 0:`; a checkpoint helper such as
+`save_checkpoint(state, is_best)` is guarded at its call sites (so its `shutil.copyfile` of the
+best model runs with it), a `with open(path, "wb") as f: torch.save(model, f)` as a whole.""",
+    why="""
+Every rank holds the same weights after DDP's gradient sync, so N writers produce N concurrent
+writes of one file: at best wasted I/O, at worst a truncated or interleaved checkpoint.""",
+    fix="Wrap the write in `if dist.get_rank() == 0:` (neighbouring guarded statements share one).",
+    fix_safety="Safe: no collective runs inside the guarded code.",
+    fixable=True,
+)
+
+LOGGING = Rule(
+    code="DDP013",
+    name="rank-zero-logging",
+    summary="print per-step and per-epoch progress on rank 0 only",
+    what="""
+Guards `print(...)`/`logger.info(...)` statements in epoch loops and in the functions that loop
+over loaders with `if dist.get_rank() == 0:`. Prints whose arguments run a collective stay
+unguarded (every rank must take part).""",
+    why="N ranks print N interleaved copies of every line, and the log stops being readable.",
+    fix="Wrap the print in `if dist.get_rank() == 0:`.",
+    fix_safety="Safe; rank 0's numbers describe its own shard until metrics are all-reduced (see the summary).",
+    fixable=True,
+)
+
+
+def condition(facts: ScriptFacts) -> str:
+    return f"{facts.names.dist}.get_rank() == 0"
+
+
+def plan_checkpoints(facts: ScriptFacts, plan: Plan) -> None:
+    if not needs_setup(facts):
+        return
+    for site in facts.saves:
+        for statement in site.guard:
+            if statement in plan.guards:
+                continue
+            plan.guard(statement, condition(facts))
+            line, col = facts.line_col(statement)
+            plan.changes.append(Change(CHECKPOINT.code, line, col, "checkpoint written on rank 0 only"))
+    for statement in facts.reads_after_write:
+        # The file is rank 0's now: nobody reads it back before rank 0 has finished writing it.
+        plan.insert_before(statement, _build.statements(facts, f"{facts.names.dist}.barrier()\n"))
+        line, col = facts.line_col(statement)
+        plan.changes.append(Change(CHECKPOINT.code, line, col, "barrier before reading back rank 0's checkpoint"))
+
+
+def plan_logging(facts: ScriptFacts, plan: Plan) -> None:
+    if not needs_setup(facts):
+        return
+    for statement in facts.log_statements:
+        if statement in plan.guards:
+            continue
+        plan.guard(statement, condition(facts))
+        line, col = facts.line_col(statement)
+        plan.changes.append(Change(LOGGING.code, line, col, "progress printed on rank 0 only"))

@@ -1,0 +1,154 @@
+"""DDP010: every training DataLoader gets a DistributedSampler, so each rank sees its own shard."""
+from __future__ import annotations
+
+from typing import List
+
+import libcst as cst
+
+from migrator.analysis import LoaderFact, ScriptFacts, code_of
+from migrator.edits import Plan
+from migrator.rule import Example, Rule
+from migrator.rules import _build
+from migrator.rules.advisories import CUSTOM_SAMPLER, ITERABLE_DATASET, UNTRACED_LOADER
+from migrator.rules.process_group import needs_setup
+from migrator.types import Change, Diagnostic
+
+RULE = Rule(
+    code="DDP010",
+    name="distributed-sampler",
+    summary="shard each training DataLoader across ranks with a DistributedSampler",
+    what="""
+A DataLoader whose batches reach a backward pass or an optimizer step (decided from the code:
+the loop over it, a function it is passed to, `self.train_loader` in a Trainer, a helper that
+returns it) gets `sampler=DistributedSampler(<its dataset>, shuffle=<its shuffle>)` and loses
+`shuffle=`. With `**train_kwargs` the shuffle flag is taken out of the dict
+(`train_kwargs.pop("shuffle", False)`), since DataLoader refuses both. Evaluation loaders stay
+unsharded: every rank evaluates the whole set, so metrics stay right.""",
+    why="""
+Without a sampler every rank trains on the whole dataset: an epoch costs N times the work, the
+effective batch is N copies of the same samples, and the speed-up you migrated for never comes.""",
+    fix="Insert `<name>_sampler = DistributedSampler(dataset, shuffle=...)` and pass it to the loader.",
+    fix_safety="""Safe. DistributedSampler pads the last shard by repeating samples so every rank gets
+the same number of batches; loaders with their own sampler, batch_sampler or an IterableDataset
+are reported instead (DDP106, DDP107).""",
+    fixable=True,
+    examples=(
+        Example(
+            id="train-and-eval-loaders",
+            before='''import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    train_set = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    train_loader = DataLoader(train_set, batch_size=8, shuffle=True)
+    val_loader = DataLoader(train_set, batch_size=8)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        with torch.no_grad():
+            val = sum(torch.nn.functional.mse_loss(model(x), y) for x, y in val_loader)
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after=None,  # filled in below from the engine's reviewed output
+        ),
+    ),
+)
+
+
+def sampler_name(loader: LoaderFact, facts: ScriptFacts) -> str:
+    """`train_loader` -> `train_sampler`; `loader` -> `sampler`; `self.train_loader` -> `train_sampler`."""
+    base = (loader.target or "loader").split(".")[-1]
+    name = base[: -len("loader")] + "sampler" if base.endswith("loader") else f"{base}_sampler"
+    return _free_name(name, facts, loader)
+
+
+def _free_name(name: str, facts: ScriptFacts, loader: LoaderFact) -> str:
+    taken = facts.local_names.get(loader.owner, frozenset())
+    candidate, n = name, 2
+    while candidate in taken:
+        candidate, n = f"{name}{n}", n + 1
+    return candidate
+
+
+def shards(loader: LoaderFact) -> bool:
+    return loader.training and loader.problem is None
+
+
+def plan(facts: ScriptFacts, plan: Plan) -> None:
+    if not needs_setup(facts):
+        return
+    for loader in facts.loaders:
+        if loader.training and loader.problem is not None:
+            _decline(facts, plan, loader)
+        elif shards(loader):
+            _shard(facts, plan, loader)
+
+
+def _decline(facts: ScriptFacts, plan: Plan, loader: LoaderFact) -> None:
+    rule = {"sampler": CUSTOM_SAMPLER, "iterable": ITERABLE_DATASET}.get(loader.problem, UNTRACED_LOADER)
+    line, col = facts.line_col(loader.call)
+    plan.diagnostics.append(Diagnostic(rule.code, line, col, rule.summary))
+
+
+def _shard(facts: ScriptFacts, plan: Plan, loader: LoaderFact) -> None:
+    name = sampler_name(loader, facts)
+    inserted: List[cst.BaseStatement] = []
+    dataset = code_of(loader.dataset)
+    if not isinstance(loader.dataset, (cst.Name, cst.Attribute)):
+        # The sampler and the loader must share one dataset object: build it once.
+        hoisted = _free_name(name[: -len("sampler")] + "dataset" if name.endswith("sampler") else f"{name}_dataset", facts, loader)
+        inserted += _build.statements(facts, f"{hoisted} = {dataset}\n")
+        plan.replace(loader.dataset, lambda _: cst.Name(hoisted))
+        dataset = hoisted
+    shuffle = _shuffle_expr(loader)
+    inserted += _build.statements(facts, f"{name} = {facts.names.sampler}({dataset}, shuffle={shuffle})\n")
+    # The new lines join the loader's paragraph: its blank lines and comment move above them.
+    inserted[0] = inserted[0].with_changes(leading_lines=loader.statement.leading_lines)
+    plan.insert_before(loader.statement, inserted)
+    plan.replace(loader.statement, lambda statement: statement.with_changes(leading_lines=()))
+    plan.replace(loader.call, lambda call: _with_sampler(call, name))
+    if facts.names.sampler_import_needed:
+        plan.need_import("torch.utils.data.distributed", "DistributedSampler")
+    line, col = facts.line_col(loader.call)
+    plan.changes.append(Change(RULE.code, line, col, f"{loader.target or 'loader'} sharded with a DistributedSampler"))
+
+
+def _shuffle_expr(loader: LoaderFact) -> str:
+    if loader.shuffle is not None:
+        return code_of(loader.shuffle.value)
+    if loader.kwargs_dict is not None:
+        return f'{loader.kwargs_dict}.pop("shuffle", False)'
+    return "False"
+
+
+def _with_sampler(call: cst.Call, name: str) -> cst.Call:
+    """shuffle=... becomes sampler=<name> in place; without shuffle, sampler goes before **kwargs or last."""
+    args = list(call.args)
+    sampler = cst.Arg(
+        value=cst.Name(name),
+        keyword=cst.Name("sampler"),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+    for index, arg in enumerate(args):
+        if arg.keyword is not None and arg.keyword.value == "shuffle":
+            args[index] = sampler.with_changes(comma=arg.comma, equal=arg.equal)
+            return call.with_changes(args=args)
+    star = next((i for i, arg in enumerate(args) if arg.star == "**"), None)
+    if star is not None:
+        args.insert(star, sampler.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))))
+    elif args and isinstance(args[-1].comma, cst.Comma) and len(args) > 1 and isinstance(args[-2].comma, cst.Comma):
+        # One argument per line with a trailing comma: the new line looks like its neighbours.
+        last = args[-1]
+        args[-1] = last.with_changes(comma=args[-2].comma)
+        args.append(sampler.with_changes(comma=last.comma))
+    else:
+        args.append(sampler)
+    return call.with_changes(args=args)

@@ -1,0 +1,108 @@
+"""DDP014 / DDP015: after wrapping, the model's own API and its checkpoints go through `.module`."""
+from __future__ import annotations
+
+import libcst as cst
+
+from migrator.analysis import ScriptFacts
+from migrator.edits import Plan
+from migrator.names import NN_MODULE_API, STATE_DICT_METHODS
+from migrator.rule import Example, Rule
+from migrator.rules.process_group import needs_setup
+from migrator.types import Change
+
+CHECKPOINT_KEYS = Rule(
+    code="DDP014",
+    name="checkpoint-keys",
+    summary="keep checkpoints loadable by the original code: state_dict()/load_state_dict() through .module",
+    what="""
+A script that saved `model.state_dict()` on one GPU now saves `model.module.state_dict()`, so the
+keys carry no `module.` prefix and the original code still loads them; loading goes through
+`model.module.load_state_dict(...)` likewise, and `torch.save(model, f)` saves `model.module`.
+A DataParallel script keeps its `module.`-prefixed keys exactly as before (DDP's wrapper has the
+same prefix). Where the keys depended on the GPU count (a conditional DataParallel), the
+unwrapped module's keys are saved. Every `torch.load` gets `map_location` (the script's device, or
+"cpu") so each rank loads onto its own device instead of the GPU the checkpoint was saved from.""",
+    why="""
+Keys prefixed with `module.` make `load_state_dict` fail with "Missing key(s)" in the original
+evaluation or inference code; without map_location every rank loads the checkpoint onto GPU 0.""",
+    fix="Insert `.module` before state_dict/load_state_dict on the wrapped model; add map_location.",
+    fix_safety="Safe.",
+    fixable=True,
+)
+
+MODULE_API = Rule(
+    code="DDP015",
+    name="module-api",
+    summary="reach the model's own methods and attributes through .module after wrapping",
+    what="""
+After `model = DDP(model)`, `model.encode(x)`, `model.num_classes` or `model.generate(...)` go
+through `model.module`. nn.Module's own API (`train`, `eval`, `parameters`, `to`, `zero_grad`, ...)
+and DDP's (`no_sync`, `join`) stay on the wrapper.""",
+    why="DistributedDataParallel does not forward attribute access: `model.encode` raises AttributeError.",
+    fix="Insert `.module` before the attribute.",
+    fix_safety="Safe. Calling a custom method through .module bypasses DDP's forward hooks, exactly as the original did.",
+    fixable=True,
+)
+
+
+def plan_checkpoint_keys(facts: ScriptFacts, plan: Plan) -> None:
+    if not needs_setup(facts):
+        return
+    for use in facts.model_uses:
+        if use.node.attr.value in STATE_DICT_METHODS and _keys_change(use.model):
+            plan.replace(use.node, _through_module)
+            line, col = facts.line_col(use.node)
+            plan.changes.append(Change(CHECKPOINT_KEYS.code, line, col, f"{use.node.attr.value}() through .module: keys as before"))
+    for name, model in facts.bare_unwraps:
+        if _keys_change(model):
+            plan.replace(name, lambda n: cst.Attribute(value=n, attr=cst.Name("module")))
+            line, col = facts.line_col(name)
+            plan.changes.append(Change(CHECKPOINT_KEYS.code, line, col, f"{name.value} unwrapped like its other branch"))
+    for arg, model in facts.whole_model_saves:
+        if _keys_change(model):
+            plan.replace(arg, lambda a: a.with_changes(value=cst.Attribute(value=a.value, attr=cst.Name("module"))))
+            line, col = facts.line_col(arg)
+            plan.changes.append(Change(CHECKPOINT_KEYS.code, line, col, "the unwrapped model is saved"))
+    for call, device in facts.torch_loads:
+        location = device or '"cpu"'
+        plan.replace(call, lambda c, location=location: _with_map_location(c, location))
+        line, col = facts.line_col(call)
+        plan.changes.append(Change(CHECKPOINT_KEYS.code, line, col, f"torch.load(..., map_location={location})"))
+
+
+def plan_module_api(facts: ScriptFacts, plan: Plan) -> None:
+    if not needs_setup(facts):
+        return
+    for use in facts.model_uses:
+        attr = use.node.attr.value
+        if attr in NN_MODULE_API or attr in STATE_DICT_METHODS or _wrapped_before(use.model):
+            continue
+        plan.replace(use.node, _through_module)
+        line, col = facts.line_col(use.node)
+        plan.changes.append(Change(MODULE_API.code, line, col, f"{attr} is the model's own: through .module"))
+
+
+def _keys_change(model) -> bool:
+    """A DataParallel script's keys already had `module.`: DDP keeps them. Otherwise unwrap."""
+    return model.dataparallel is None or model.dataparallel.conditional is not None
+
+
+def _wrapped_before(model) -> bool:
+    """Under DataParallel the script already had to say `model.module.x`."""
+    return model.dataparallel is not None and model.dataparallel.conditional is None
+
+
+def _through_module(node: cst.Attribute) -> cst.Attribute:
+    return node.with_changes(value=cst.Attribute(value=node.value, attr=cst.Name("module")))
+
+
+def _with_map_location(call: cst.Call, location: str) -> cst.Call:
+    args = list(call.args)
+    arg = cst.Arg(
+        value=cst.parse_expression(location),
+        keyword=cst.Name("map_location"),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+    if args and isinstance(args[-1].comma, cst.Comma):
+        return call.with_changes(args=[*args, arg])
+    return call.with_changes(args=[*args, arg])
