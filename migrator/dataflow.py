@@ -160,13 +160,14 @@ class Flow:
         shuffle = next((arg for arg in call.args if arg.keyword is not None and arg.keyword.value == "shuffle"), None)
         kwargs = next((code_of(arg.value) for arg in call.args if arg.star == "**"), None)
         problem = self.loader_problem(call, dataset, statement)
-        target = None
+        target: Optional[str] = None
         loops: List[Tuple[cst.For, str]] = []
-        if problem is None:
+        if statement is not None:
             target, loops = self.loader_loops(call, statement)
-            if target is None:
-                problem = "untraced"
-        training = any(self.trains(loop) for loop, _ in loops)
+        if problem is None and target is None:
+            problem = "untraced"
+        # An untraced loader that shuffles is most likely the training one: better reported than missed.
+        training = any(self.trains(loop) for loop, _ in loops) or (problem == "untraced" and _shuffles(shuffle))
         hooks: List[EpochHook] = []
         no_epoch = None
         if training:
@@ -470,6 +471,10 @@ class Flow:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _shuffles(shuffle: Optional[cst.Arg]) -> bool:
+    return shuffle is not None and not (isinstance(shuffle.value, cst.Name) and shuffle.value.value == "False")
 
 
 def _argument(call: cst.Call, position: int, keyword: str) -> Optional[cst.BaseExpression]:

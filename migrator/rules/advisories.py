@@ -207,6 +207,63 @@ a bucketing batch sampler). The tool cannot combine it with a DistributedSampler
     fix="Give each rank its own slice (e.g. weights[rank::world_size]) or use a distributed version of the sampler.",
     fix_safety="Not fixable automatically.",
     fixable=False,
+    examples=(
+        Example(
+            id="weighted-sampler",
+            before='''import torch
+from torch.utils.data import DataLoader, TensorDataset, WeightedRandomSampler
+
+
+def main():
+    data = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
+    weights = torch.where(data.tensors[1] == 1, 4.0, 1.0)
+    loader = DataLoader(data, batch_size=8, sampler=WeightedRandomSampler(weights, len(weights)))
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+from torch.utils.data import DataLoader, TensorDataset, WeightedRandomSampler
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    data = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
+    weights = torch.where(data.tensors[1] == 1, 4.0, 1.0)
+    loader = DataLoader(data, batch_size=8, sampler=WeightedRandomSampler(weights, len(weights)))
+    model = torch.nn.Linear(4, 2)
+    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+            diagnostics=('DDP106',),
+        ),
+    ),
 )
 
 ITERABLE_DATASET = Rule(
@@ -218,6 +275,71 @@ ITERABLE_DATASET = Rule(
     fix="Split the stream in `__iter__` with torch.distributed.get_rank() / get_world_size() (and the worker info).",
     fix_safety="Not fixable automatically.",
     fixable=False,
+    examples=(
+        Example(
+            id="iterable-dataset",
+            before='''import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        for _ in range(64):
+            yield torch.randn(4), torch.randn(1)
+
+
+def main():
+    loader = DataLoader(Stream(), batch_size=8)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+from torch.utils.data import DataLoader, IterableDataset
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        for _ in range(64):
+            yield torch.randn(4), torch.randn(1)
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    loader = DataLoader(Stream(), batch_size=8)
+    model = torch.nn.Linear(4, 1)
+    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+            diagnostics=('DDP107',),
+        ),
+    ),
 )
 
 UNTRACED_LOADER = Rule(
@@ -229,6 +351,61 @@ UNTRACED_LOADER = Rule(
     fix="Assign the loader to a variable, or add `sampler=DistributedSampler(dataset)` yourself.",
     fix_safety="Not fixable automatically.",
     fixable=False,
+    examples=(
+        Example(
+            id="loader-in-a-dict",
+            before='''import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    loaders = {"train": DataLoader(data, batch_size=8, shuffle=True)}
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loaders["train"]:
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+from torch.utils.data import DataLoader, TensorDataset
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    loaders = {"train": DataLoader(data, batch_size=8, shuffle=True)}
+    model = torch.nn.Linear(4, 1)
+    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loaders["train"]:
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+            diagnostics=('DDP108',),
+        ),
+    ),
 )
 
 NO_EPOCH_LOOP = Rule(
@@ -242,6 +419,71 @@ find (a `while True:` step loop, or a single pass).""",
     fix="Count passes over the loader and call `loader.sampler.set_epoch(pass_index)` before each one.",
     fix_safety="Not fixable automatically.",
     fixable=False,
+    examples=(
+        Example(
+            id="while-true",
+            before='''import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = 0
+    while True:
+        for x, y in loader:
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+            step += 1
+        if step >= 20:
+            break
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+from torch.utils.data import DataLoader, TensorDataset
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data.distributed import DistributedSampler
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    sampler = DistributedSampler(data, shuffle=True)
+    loader = DataLoader(data, batch_size=8, sampler=sampler)
+    model = torch.nn.Linear(4, 1)
+    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = 0
+    while True:
+        for x, y in loader:
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+            step += 1
+        if step >= 20:
+            break
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+            diagnostics=('DDP109',),
+        ),
+    ),
 )
 
 RULES = (

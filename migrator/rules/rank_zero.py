@@ -27,6 +27,71 @@ writes of one file: at best wasted I/O, at worst a truncated or interleaved chec
     fix="Wrap the write in `if dist.get_rank() == 0:` (neighbouring guarded statements share one).",
     fix_safety="Safe: no collective runs inside the guarded code.",
     fixable=True,
+    examples=(
+        Example(
+            id="checkpoint-helper",
+            before='''import shutil
+
+import torch
+
+
+def save_checkpoint(state, is_best, filename="checkpoint.pth.tar"):
+    torch.save(state, filename)
+    if is_best:
+        shutil.copyfile(filename, "model_best.pth.tar")
+
+
+def main():
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+        save_checkpoint({"epoch": epoch, "state_dict": model.state_dict()}, is_best=True)
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import shutil
+
+import torch
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def save_checkpoint(state, is_best, filename="checkpoint.pth.tar"):
+    torch.save(state, filename)
+    if is_best:
+        shutil.copyfile(filename, "model_best.pth.tar")
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    model = torch.nn.Linear(4, 1)
+    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+        if dist.get_rank() == 0:
+            save_checkpoint({"epoch": epoch, "state_dict": model.module.state_dict()}, is_best=True)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+        ),
+    ),
 )
 
 LOGGING = Rule(
@@ -41,6 +106,46 @@ unguarded (every rank must take part).""",
     fix="Wrap the print in `if dist.get_rank() == 0:`.",
     fix_safety="Safe; rank 0's numbers describe its own shard until metrics are all-reduced (see the summary).",
     fixable=True,
+    examples=(
+        Example(
+            id="epoch-print",
+            before='''import torch
+
+if __name__ == "__main__":
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.Adam(model.parameters())
+    for epoch in range(3):
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        print(f"epoch {epoch}: loss {loss.item():.4f}")
+''',
+            after='''import torch
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+if __name__ == "__main__":
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    model = torch.nn.Linear(4, 1)
+    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    optimizer = torch.optim.Adam(model.parameters())
+    try:
+        for epoch in range(3):
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+            if dist.get_rank() == 0:
+                print(f"epoch {epoch}: loss {loss.item():.4f}")
+    finally:
+        dist.destroy_process_group()
+''',
+        ),
+    ),
 )
 
 

@@ -57,7 +57,44 @@ def main():
 if __name__ == "__main__":
     main()
 ''',
-            after=None,  # filled in below from the engine's reviewed output
+            after='''import torch
+from torch.utils.data import DataLoader, TensorDataset
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data.distributed import DistributedSampler
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    train_set = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    train_sampler = DistributedSampler(train_set, shuffle=True)
+    train_loader = DataLoader(train_set, batch_size=8, sampler=train_sampler)
+    val_loader = DataLoader(train_set, batch_size=8)
+    model = torch.nn.Linear(4, 1)
+    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        train_sampler.set_epoch(epoch)
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        with torch.no_grad():
+            val = sum(torch.nn.functional.mse_loss(model(x), y) for x, y in val_loader)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
         ),
     ),
 )
@@ -66,7 +103,10 @@ if __name__ == "__main__":
 def sampler_name(loader: LoaderFact, facts: ScriptFacts) -> str:
     """`train_loader` -> `train_sampler`; `loader` -> `sampler`; `self.train_loader` -> `train_sampler`."""
     base = (loader.target or "loader").split(".")[-1]
-    name = base[: -len("loader")] + "sampler" if base.endswith("loader") else f"{base}_sampler"
+    for suffix in ("dataloader", "loader", "dl"):
+        if base.endswith(suffix):
+            return _free_name(base[: -len(suffix)] + "sampler", facts, loader)
+    name = f"{base}_sampler"
     return _free_name(name, facts, loader)
 
 

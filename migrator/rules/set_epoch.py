@@ -27,6 +27,73 @@ epoch visits the samples in the same order: the model silently trains on a fixed
     fix="Insert the set_epoch call as the first statement of the epoch loop.",
     fix_safety="Safe.",
     fixable=True,
+    examples=(
+        Example(
+            id="helper-function-loop",
+            before='''import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train_one_epoch(model, loader, optimizer):
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
+def main():
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        train_one_epoch(model, loader, optimizer)
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+from torch.utils.data import DataLoader, TensorDataset
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data.distributed import DistributedSampler
+
+
+def train_one_epoch(model, loader, optimizer):
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    sampler = DistributedSampler(data, shuffle=True)
+    loader = DataLoader(data, batch_size=8, sampler=sampler)
+    model = torch.nn.Linear(4, 1)
+    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        train_one_epoch(model, loader, optimizer)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+        ),
+    ),
 )
 
 

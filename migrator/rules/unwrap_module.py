@@ -28,6 +28,57 @@ evaluation or inference code; without map_location every rank loads the checkpoi
     fix="Insert `.module` before state_dict/load_state_dict on the wrapped model; add map_location.",
     fix_safety="Safe.",
     fixable=True,
+    examples=(
+        Example(
+            id="save-and-load",
+            before='''import torch
+
+
+def main():
+    model = torch.nn.Linear(4, 1)
+    model.load_state_dict(torch.load("pretrained.pt"))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+    torch.save(model.state_dict(), "final.pt")
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    model = torch.nn.Linear(4, 1)
+    model.load_state_dict(torch.load("pretrained.pt", map_location="cpu"))
+    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+    if dist.get_rank() == 0:
+        torch.save(model.module.state_dict(), "final.pt")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+        ),
+    ),
 )
 
 MODULE_API = Rule(
@@ -42,6 +93,84 @@ and DDP's (`no_sync`, `join`) stay on the wrapper.""",
     fix="Insert `.module` before the attribute.",
     fix_safety="Safe. Calling a custom method through .module bypasses DDP's forward hooks, exactly as the original did.",
     fixable=True,
+    examples=(
+        Example(
+            id="custom-method",
+            before='''import torch
+import torch.nn as nn
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 2)
+        self.embedding_dim = 2
+
+    def forward(self, x):
+        return self.proj(x)
+
+    def encode(self, x):
+        return self.proj(x).detach()
+
+
+def main():
+    model = Encoder()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        model.train()
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+    print(model.embedding_dim, model.encode(torch.randn(1, 4)))
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+import torch.nn as nn
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 2)
+        self.embedding_dim = 2
+
+    def forward(self, x):
+        return self.proj(x)
+
+    def encode(self, x):
+        return self.proj(x).detach()
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    model = Encoder()
+    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        model.train()
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+    print(model.module.embedding_dim, model.module.encode(torch.randn(1, 4)))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+        ),
+    ),
 )
 
 
