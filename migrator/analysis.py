@@ -6,12 +6,15 @@ libcst's QualifiedNameProvider, so `nn.DataParallel`, `torch.nn.DataParallel` an
 """
 from __future__ import annotations
 
+import bisect
+from contextlib import contextmanager
+
 from dataclasses import dataclass, field, replace
 from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst._nodes.internal import CodegenState
 
 from migrator import names as N
 from migrator.bindings import NameIndex, ScopeOwner
@@ -110,17 +113,56 @@ class ImportNames:
     sampler_import_needed: bool = True
 
 
+class _OffsetState(CodegenState):
+    """Code generation that notes where nodes start, as character offsets only.
+
+    libcst's PositionProvider tracks line and column for every token and node: about 0.3 s on
+    a 1,000-line script, for the handful of places a migration reports. Offsets cost a length
+    addition per token; lines and columns are derived for the nodes actually asked about.
+    """
+
+    def __init__(self, module: cst.Module) -> None:
+        super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
+        self.offset = 0
+        self.starts: Dict[cst.CSTNode, int] = {}
+
+    def add_indent_tokens(self) -> None:
+        for token in self.indent_tokens:
+            self.add_token(token)
+
+    def add_token(self, value: str) -> None:
+        self.tokens.append(value)
+        self.offset += len(value)
+
+    @contextmanager
+    def record_syntactic_position(self, node, *, start_node=None, end_node=None):
+        start = self.offset
+        try:
+            yield
+        finally:
+            self.starts[node] = self.starts[start_node] if start_node is not None else start
+
+
 class LazyPositions:
-    """Node positions, computed on first use: a file with nothing to report never pays for them."""
+    """Where nodes start (1-based line, 0-based column), computed on first use."""
 
     def __init__(self, module: cst.Module) -> None:
         self._module = module
-        self._positions: Optional[Mapping[cst.CSTNode, CodeRange]] = None
+        self._state: Optional[_OffsetState] = None
+        self._newlines: List[int] = []
 
-    def get(self, node: cst.CSTNode) -> Optional[CodeRange]:
-        if self._positions is None:
-            self._positions = MetadataWrapper(self._module, unsafe_skip_copy=True).resolve(PositionProvider)
-        return self._positions.get(node)
+    def start(self, node: cst.CSTNode) -> Optional[Tuple[int, int]]:
+        if self._state is None:
+            self._state = _OffsetState(self._module)
+            self._module._codegen(self._state)
+            code = "".join(self._state.tokens)
+            self._newlines = [i for i, ch in enumerate(code) if ch == "\n"]
+        offset = self._state.starts.get(node)
+        if offset is None:
+            return None
+        line = bisect.bisect_left(self._newlines, offset)
+        line_start = self._newlines[line - 1] + 1 if line else 0
+        return line + 1, offset - line_start
 
 
 @dataclass(frozen=True)
@@ -154,8 +196,8 @@ class ScriptFacts:
 
     def line_col(self, node: cst.CSTNode) -> Tuple[int, int]:
         """1-based line and column, as editors and linters show them."""
-        pos = self.positions.get(node)
-        return (pos.start.line, pos.start.column + 1) if pos else (1, 1)
+        start = self.positions.start(node)
+        return (start[0], start[1] + 1) if start else (1, 1)
 
     def owner_of(self, node: cst.CSTNode) -> ScopeOwner:
         return self.owners.get(node, self.module)
@@ -294,8 +336,8 @@ class _Analysis:
         return container is self.module or any(anc is container for anc in self.ancestors(node))
 
     def comes_after(self, node: cst.CSTNode, statement: cst.CSTNode) -> bool:
-        here, there = self.positions.get(node), self.positions.get(statement)
-        return here is not None and there is not None and (here.start.line, here.start.column) > (there.end.line, there.end.column)
+        """Does `node` come after the whole of `statement` in the source?"""
+        return self.c.order.get(node, -1) > self.c.ends.get(statement, 1 << 62)
 
     # -- tree helpers ---------------------------------------------------------------
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:

@@ -46,12 +46,17 @@ class NameIndex(cst.CSTVisitor):
         self.bound: Dict[ScopeOwner, Set[str]] = {module: set()}
         self.params: Dict[ScopeOwner, Set[str]] = {}
         self.imported: Dict[ScopeOwner, Dict[str, str]] = {module: {}}
+        self.order: Dict[cst.CSTNode, int] = {}  # source order: when the traversal reached a node
+        self.ends: Dict[cst.CSTNode, int] = {}  # ... and when it left it (after all its children)
+        self._counter = 0
 
     # -- traversal bookkeeping ----------------------------------------------------------
     def on_visit(self, node: cst.CSTNode) -> bool:
         if self._stack:
             self.parents[node] = self._stack[-1]
         self._stack.append(node)
+        self._counter += 1
+        self.order[node] = self._counter
         self.owners[node] = self._owners[-1]
         if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
             if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
@@ -64,6 +69,7 @@ class NameIndex(cst.CSTVisitor):
     def on_leave(self, original_node: cst.CSTNode) -> None:
         super().on_leave(original_node)
         self._stack.pop()
+        self.ends[original_node] = self._counter
         if original_node is self._owners[-1] and original_node is not self.module:
             self._owners.pop()
 
