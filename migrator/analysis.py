@@ -188,6 +188,7 @@ class ScriptFacts:
     saves: Tuple[SaveSite, ...]
     log_statements: Tuple[Statement, ...]  # per-step/epoch prints and logs
     reads_after_write: Tuple[Statement, ...]  # loads of a checkpoint written earlier: barrier first
+    progress_bars: Tuple[cst.Call, ...]  # tqdm(...) without disable=
     model_uses: Tuple[ModelUse, ...]  # attributes of wrapped models (state_dict, custom methods)
     whole_model_saves: Tuple[Tuple[cst.Arg, ModelFact], ...]  # torch.save(model, f) after the wrap
     bare_unwraps: Tuple[Tuple[cst.Name, ModelFact], ...]  # `model._orig_mod if c else model`: the bare `model`
@@ -415,7 +416,7 @@ class _Analysis:
         return replace(facts, models=tuple(replace(m_, rebound=self.rebound.get(m_.expr, ())) for m_ in facts.models))
 
     def flow_facts(self, models: Tuple[ModelFact, ...]) -> dict:
-        flow = Flow(self)
+        flow = Flow(self, {m_.expr for m_ in models})
         loaders = flow.loaders()
         wrapped = [m_ for m_ in models if not m_.already_ddp and m_.wrap_after is not None]
         self.rebound = {m_.expr: flow.reassignments(m_) for m_ in wrapped}
@@ -425,6 +426,10 @@ class _Analysis:
             loaders=loaders,
             saves=saves,
             reads_after_write=flow.reads_after_write(saves),
+            progress_bars=tuple(
+                call for call in self.calls(N.PROGRESS_BARS)
+                if not any(arg.keyword is not None and arg.keyword.value == "disable" for arg in call.args)
+            ),
             log_statements=flow.print_statements(loaders),
             model_uses=uses,
             bare_unwraps=flow.bare_unwraps(uses),

@@ -59,6 +59,7 @@ class SaveSite:
 
     call: cst.Call
     guard: Tuple[Statement, ...]
+    shared: Optional[Statement] = None  # the guard would skip code every rank must run (a forward, a collective)
 
 
 @dataclass(frozen=True)
@@ -73,9 +74,10 @@ class ModelUse:
 
 
 class Flow:
-    def __init__(self, a: "_Analysis") -> None:
+    def __init__(self, a: "_Analysis", model_exprs: Set[str]) -> None:
         self.a = a
         self.c = a.c
+        self.model_exprs = model_exprs
         self.functions: Dict[str, cst.FunctionDef] = {
             f.name.value: f for f in self.c.functions if isinstance(a.parent(f), cst.Module)
         }
@@ -325,8 +327,24 @@ class Flow:
                 guard = tuple(self.a.statement_of(c) for c in helper_calls if not self.under_rank_check(c))
             else:
                 guard = (self.save_statement(call),)
-            sites.append(SaveSite(call, tuple(s for s in guard if s is not None)))
+            statements = tuple(s for s in guard if s is not None)
+            shared = next((s for s in statements if self.runs_shared_code(s)), None)
+            sites.append(SaveSite(call, statements, shared))
         return tuple(sites)
+
+    def runs_shared_code(self, node: cst.CSTNode, depth: int = 0) -> bool:
+        """Does `node` run something every rank must run: the model's forward, a collective?
+
+        Such code must never sit behind a rank-0 guard: the other ranks would wait for it forever.
+        """
+        for call in m.findall(node, m.Call()):
+            func = call.func  # type: ignore[attr-defined]
+            if code_of(func) in self.model_exprs or (self.c.resolve(func) or "").startswith("torch.distributed."):
+                return True
+            target = self.callee(call)  # type: ignore[arg-type]
+            if target is not None and depth < 3 and self.runs_shared_code(target.body, depth + 1):
+                return True
+        return False
 
     def save_helper_calls(self, fn: cst.FunctionDef) -> Optional[List[cst.Call]]:
         """Call sites of a checkpoint helper such as save_checkpoint(state, is_best).
@@ -366,7 +384,7 @@ class Flow:
                 loops.add(loop)
         found = []
         for statement in self.c.log_statements:
-            if self.under_rank_check(statement) or _mentions_collective(statement, self.c):
+            if self.under_rank_check(statement) or self.runs_shared_code(statement):
                 continue
             if any(self.a.is_inside(statement, loop) for loop in loops) or self.in_loader_function(statement, loaders):
                 found.append(statement)
@@ -518,10 +536,3 @@ def _loop_variable(loop: cst.For) -> str:
     if isinstance(target, cst.Tuple) and target.elements and isinstance(target.elements[0].value, cst.Name):
         return target.elements[0].value.value  # type: ignore[attr-defined]
     return ""
-
-
-def _mentions_collective(statement: cst.CSTNode, c) -> bool:
-    return any(
-        (c.resolve(call.func) or "").startswith("torch.distributed.")
-        for call in m.findall(statement, m.Call())  # type: ignore[union-attr]
-    )

@@ -27,6 +27,9 @@ INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group"})
 DESTROY_PROCESS_GROUP = frozenset({"torch.distributed.destroy_process_group"})
 TORCH_DEVICE = frozenset({"torch.device"})
 TORCH_SAVE = frozenset({"torch.save"})
+PROGRESS_BARS = frozenset(
+    {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.trange", "tqdm.auto.trange", "tqdm.std.tqdm"}
+)
 TORCH_LOAD = frozenset({"torch.load"})
 DATALOADER = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 DISTRIBUTED_SAMPLER = frozenset(

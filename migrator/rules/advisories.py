@@ -486,6 +486,80 @@ if __name__ == "__main__":
     ),
 )
 
+SHARED_WORK_IN_SAVE = Rule(
+    code="DDP110",
+    name="save-runs-shared-code",
+    summary="this checkpoint save also runs the model or a collective: left for every rank; compute first, then save on rank 0",
+    what="""
+A `torch.save(...)` (or checkpoint helper call) whose arguments run the wrapped model's forward
+or a torch.distributed collective, e.g. `save_checkpoint({"acc": evaluate(model, loader)}, ...)`.""",
+    why="""
+Behind a rank-0 guard the other ranks would skip that forward or collective while rank 0 waits
+for them in it: the job hangs. Left unguarded, every rank writes the file.""",
+    fix="Compute the value into a variable on every rank, then save it under `if dist.get_rank() == 0:`.",
+    fix_safety="Not fixable automatically.",
+    fixable=False,
+    examples=(
+        Example(
+            id="evaluate-inside-save",
+            before='''import torch
+
+
+def evaluate(model):
+    with torch.no_grad():
+        return model(torch.randn(4, 4)).mean().item()
+
+
+def main():
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+        torch.save({"state": model.state_dict(), "score": evaluate(model)}, "ckpt.pt")
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def evaluate(model):
+    with torch.no_grad():
+        return model(torch.randn(4, 4)).mean().item()
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    model = torch.nn.Linear(4, 4)
+    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+        torch.save({"state": model.module.state_dict(), "score": evaluate(model)}, "ckpt.pt")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+            diagnostics=("DDP110",),
+        ),
+    ),
+)
+
 RULES = (
     NO_ENTRY_POINT,
     CUDA_CALL_LEFT,
@@ -496,4 +570,5 @@ RULES = (
     ITERABLE_DATASET,
     UNTRACED_LOADER,
     NO_EPOCH_LOOP,
+    SHARED_WORK_IN_SAVE,
 )

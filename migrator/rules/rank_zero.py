@@ -6,12 +6,15 @@ no backward/step and no collective; otherwise the `torch.save` inside it is guar
 """
 from __future__ import annotations
 
+import libcst as cst
+
 from migrator.analysis import ScriptFacts
 from migrator.edits import Plan
 from migrator.rule import Example, Rule
 from migrator.rules import _build
 from migrator.rules.process_group import needs_setup
-from migrator.types import Change
+from migrator.rules.advisories import SHARED_WORK_IN_SAVE
+from migrator.types import Change, Diagnostic
 
 CHECKPOINT = Rule(
     code="DDP012",
@@ -100,7 +103,8 @@ LOGGING = Rule(
     summary="print per-step and per-epoch progress on rank 0 only",
     what="""
 Guards `print(...)`/`logger.info(...)` statements in epoch loops and in the functions that loop
-over loaders with `if dist.get_rank() == 0:`. Prints whose arguments run a collective stay
+over loaders with `if dist.get_rank() == 0:`, and gives tqdm progress bars
+`disable=dist.get_rank() != 0` (the loop itself must still run on every rank). Prints whose arguments run a collective stay
 unguarded (every rank must take part).""",
     why="N ranks print N interleaved copies of every line, and the log stops being readable.",
     fix="Wrap the print in `if dist.get_rank() == 0:`.",
@@ -157,6 +161,10 @@ def plan_checkpoints(facts: ScriptFacts, plan: Plan) -> None:
     if not needs_setup(facts):
         return
     for site in facts.saves:
+        if site.shared is not None:
+            line, col = facts.line_col(site.shared)
+            plan.diagnostics.append(Diagnostic(SHARED_WORK_IN_SAVE.code, line, col, SHARED_WORK_IN_SAVE.summary))
+            continue
         for statement in site.guard:
             if statement in plan.guards:
                 continue
@@ -179,3 +187,17 @@ def plan_logging(facts: ScriptFacts, plan: Plan) -> None:
         plan.guard(statement, condition(facts))
         line, col = facts.line_col(statement)
         plan.changes.append(Change(LOGGING.code, line, col, "progress printed on rank 0 only"))
+    for call in facts.progress_bars:
+        disable = f"{facts.names.dist}.get_rank() != 0"
+        plan.replace(call, lambda c, disable=disable: _with_keyword(c, "disable", disable))
+        line, col = facts.line_col(call)
+        plan.changes.append(Change(LOGGING.code, line, col, "progress bar shown on rank 0 only"))
+
+
+def _with_keyword(call: cst.Call, keyword: str, value: str) -> cst.Call:
+    arg = cst.Arg(
+        value=cst.parse_expression(value),
+        keyword=cst.Name(keyword),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+    return call.with_changes(args=[*call.args, arg])
