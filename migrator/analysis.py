@@ -189,6 +189,7 @@ class ScriptFacts:
     log_statements: Tuple[Statement, ...]  # per-step/epoch prints and logs
     reads_after_write: Tuple[Statement, ...]  # loads of a checkpoint written earlier: barrier first
     progress_bars: Tuple[cst.Call, ...]  # tqdm(...) without disable=
+    local_rank_arguments: Tuple[cst.Call, ...]  # parser.add_argument("--local_rank", ...)
     model_uses: Tuple[ModelUse, ...]  # attributes of wrapped models (state_dict, custom methods)
     whole_model_saves: Tuple[Tuple[cst.Arg, ModelFact], ...]  # torch.save(model, f) after the wrap
     bare_unwraps: Tuple[Tuple[cst.Name, ModelFact], ...]  # `model._orig_mod if c else model`: the bare `model`
@@ -426,6 +427,7 @@ class _Analysis:
             loaders=loaders,
             saves=saves,
             reads_after_write=flow.reads_after_write(saves),
+            local_rank_arguments=tuple(call for call in self.c.calls if _is_local_rank_argument(call)),
             progress_bars=tuple(
                 call for call in self.calls(N.PROGRESS_BARS)
                 if not any(arg.keyword is not None and arg.keyword.value == "disable" for arg in call.args)
@@ -833,6 +835,16 @@ def code_of_target(statement: cst.SimpleStatementLine) -> str:
 
 def _returns(statement: cst.CSTNode) -> bool:
     return isinstance(statement, cst.SimpleStatementLine) and any(isinstance(s, cst.Return) for s in statement.body)
+
+
+def _is_local_rank_argument(call: cst.Call) -> bool:
+    if not m.matches(call.func, m.Attribute(attr=m.Name("add_argument"))):
+        return False
+    return any(
+        isinstance(arg.value, cst.SimpleString) and arg.value.evaluated_value in ("--local_rank", "--local-rank")
+        for arg in call.args
+        if arg.keyword is None
+    )
 
 
 def _has_map_location(call: cst.Call) -> bool:

@@ -20,8 +20,8 @@ from migrator.options import Options
 from migrator.rules import FIXERS
 from migrator.types import Result
 
-# A file that never mentions torch has nothing to migrate: skip parsing it at all.
-RELEVANT = "torch"
+# A file that mentions none of these has nothing to migrate: skip parsing it at all.
+RELEVANT = ("torch", "local_rank", "local-rank")
 
 
 def migrate(source: str, options: Optional[Options] = None) -> Result:
@@ -31,7 +31,7 @@ def migrate(source: str, options: Optional[Options] = None) -> Result:
     if the engine would produce code that does not parse (a bug; nothing is written).
     """
     options = options or Options()
-    if RELEVANT not in source:
+    if not any(word in source for word in RELEVANT):
         return Result(code=source, original=source)
     module = parse(source)
     facts = analyze(module)

@@ -13,6 +13,7 @@ from migrator.rule import Rule
 from migrator.rules import (
     advisories,
     device,
+    local_rank,
     process_group,
     rank_zero,
     sampler,
@@ -36,6 +37,7 @@ FIXERS: Tuple[Tuple[Rule, Planner], ...] = (
     (rank_zero.LOGGING, rank_zero.plan_logging),
     (unwrap_module.CHECKPOINT_KEYS, unwrap_module.plan_checkpoint_keys),
     (unwrap_module.MODULE_API, unwrap_module.plan_module_api),
+    (local_rank.RULE, local_rank.plan),
 )
 
 RULES: Tuple[Rule, ...] = tuple(rule for rule, _ in FIXERS) + advisories.RULES
