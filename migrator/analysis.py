@@ -171,12 +171,16 @@ class ScriptFacts:
     positions: LazyPositions
     local_names: Mapping[ScopeOwner, FrozenSet[str]]  # names bound in each function (or the module)
     owners: Mapping[cst.CSTNode, ScopeOwner]  # node -> the function (or class, or module) it runs in
+    order: Mapping[cst.CSTNode, int]  # node -> its place in the source
+    before_setup: FrozenSet[cst.CSTNode]  # functions called before the process group exists
     entry: Optional[EntryPoint]
     has_main_guard: bool
     has_init_process_group: bool
     has_destroy_process_group: bool
     models: Tuple[ModelFact, ...]
     dataparallel_sites: Tuple[DataParallelSite, ...]
+    blocking_dataparallel: Tuple[DataParallelSite, ...]  # feeds a trained model, cannot be rewritten
+    other_dataparallel: Tuple[DataParallelSite, ...]  # elsewhere (inference code): left, and reported
     device_literals: Tuple[DeviceLiteral, ...]
     cuda_calls: Tuple[CudaCall, ...]
     import_time_model: Optional[Statement]  # a model built at import time of a module with a main guard
@@ -204,19 +208,37 @@ class ScriptFacts:
     def owner_of(self, node: cst.CSTNode) -> ScopeOwner:
         return self.owners.get(node, self.module)
 
+    def after_setup(self, node: cst.CSTNode) -> bool:
+        """Does `node` run once the process group exists? Rank guards and barriers need it.
+
+        Code in functions runs when called, which for a migrated script is from the entry point
+        (after the setup); the launch block and module-level code run only after the setup when
+        the setup is there, and then only below it.
+        """
+        if self.entry is None:
+            return False
+        owner = self.owner_of(node)
+        after_anchor = self.order.get(node, 0) > self.order.get(self.entry.anchor, 0)
+        if owner is self.entry.scope:
+            return after_anchor
+        if owner is self.module:
+            return False
+        return not any(fn in self.before_setup for fn in self.enclosing_functions(node))
+
+    def enclosing_functions(self, node: cst.CSTNode):
+        owner = self.owner_of(node)
+        while owner is not self.module and owner is not None:
+            yield owner
+            owner = self.owner_of(owner)
+
     @property
     def trains(self) -> bool:
         return bool(self.models)
 
     @property
     def unrewritable_dataparallel(self) -> Tuple[DataParallelSite, ...]:
-        """DataParallel sites that do not wrap a traced, trained model (the file is then left alone)."""
-        traced = {model.expr for model in self.models if model.definition is not None}
-        return tuple(
-            site
-            for site in self.dataparallel_sites
-            if not any(site.target == t or (site.target or "").startswith(t + ".") for t in traced)
-        )
+        """DataParallel that builds a trained model in a shape the tool cannot rewrite: the file is left alone."""
+        return self.blocking_dataparallel
 
     def local_rank_visible(self, scope: Optional[ScopeOwner]) -> bool:
         """Will the `local_rank` variable written by the setup be visible from `scope`?"""
@@ -398,12 +420,16 @@ class _Analysis:
             positions=self.positions,
             local_names={owner: frozenset(names) for owner, names in self.c.bound.items()},
             owners=self.c.owners,
+            order=self.c.order,
+            before_setup=frozenset(),
             entry=entry,
             has_main_guard=guard is not None,
             has_init_process_group=bool(self.calls(N.INIT_PROCESS_GROUP)),
             has_destroy_process_group=bool(self.calls(N.DESTROY_PROCESS_GROUP)),
             models=models,
             dataparallel_sites=dp_sites,
+            blocking_dataparallel=self.split_dataparallel(dp_sites, models)[0],
+            other_dataparallel=self.split_dataparallel(dp_sites, models)[1],
             device_literals=tuple(filter(None, (self.device_literal(s) for s in self.c.device_strings))),
             cuda_calls=cuda_calls,
             import_time_model=import_time_model,
@@ -412,12 +438,31 @@ class _Analysis:
             local_rank_at_module=self.module_level_device_statement(entry),
             names=self.import_names(),
             dataparallel_imports=self.dataparallel_imports(),
-            **self.flow_facts(models),
+            **self.flow_facts(models, entry),
         )
-        return replace(facts, models=tuple(replace(m_, rebound=self.rebound.get(m_.expr, ())) for m_ in facts.models))
+        facts = replace(facts, models=tuple(replace(m_, rebound=self.rebound.get(m_.expr, ())) for m_ in facts.models))
+        return replace(facts, before_setup=self.functions_before_setup(facts))
 
-    def flow_facts(self, models: Tuple[ModelFact, ...]) -> dict:
-        flow = Flow(self, {m_.expr for m_ in models})
+    def functions_before_setup(self, facts: ScriptFacts) -> FrozenSet[cst.CSTNode]:
+        """Module-level functions called before the setup (`_init_(cfg)` in the guard, before main())."""
+        functions = {f.name.value: f for f in self.module.body if isinstance(f, cst.FunctionDef)}
+        found: Set[cst.CSTNode] = set()
+        changed = True
+        while changed:
+            changed = False
+            for call in self.c.calls:
+                fn = functions.get(call.func.value) if isinstance(call.func, cst.Name) else None
+                if fn is None or fn in found or (facts.entry is not None and fn is facts.entry.scope):
+                    continue
+                caller = replace(facts, before_setup=frozenset(found))
+                if not caller.after_setup(call):
+                    found.add(fn)
+                    changed = True
+        return frozenset(found)
+
+    def flow_facts(self, models: Tuple[ModelFact, ...], entry: Optional[EntryPoint]) -> dict:
+        entry_function = entry.scope if entry is not None and entry.kind == "function" else None
+        flow = Flow(self, {m_.expr for m_ in models}, entry_function)
         loaders = flow.loaders()
         wrapped = [m_ for m_ in models if not m_.already_ddp and m_.wrap_after is not None]
         self.rebound = {m_.expr: flow.reassignments(m_) for m_ in wrapped}
@@ -571,11 +616,14 @@ class _Analysis:
     def trained_models(self, dp_sites, ddp_targets: Set[str]) -> Tuple[ModelFact, ...]:
         models: Dict[str, ModelFact] = {}
         for call, _ in self.c.optimizer_calls:
-            for expr in _parameter_owners(call):
+            for expr in _parameter_owners(call) or self.parameter_owners_nearby(call):
                 if expr in models:
                     continue
                 definition = self.model_definition(expr, call)
-                sites = [s for s in dp_sites if s.target == expr or (s.target or "").startswith(expr + ".")]
+                sites = [
+                    s for s in dp_sites
+                    if (s.target == expr or (s.target or "").startswith(expr + ".")) and self.same_scope(s.statement, definition)
+                ]
                 wrap_after = self.last_preparation(expr, definition) if definition is not None else None
                 stripped = self.nested_sites(sites, definition)
                 if stripped:
@@ -593,6 +641,36 @@ class _Analysis:
                     device_expr=self.device_expr_at(definition, typed=True) if definition is not None else None,
                 )
         return tuple(models.values())
+
+    def same_scope(self, statement, definition) -> bool:
+        """Is `statement` about the same variable as `definition` (same function; same class for self.x)?"""
+        if definition is None:
+            return False
+        if self.scope_of(statement) is self.scope_of(definition):
+            return True
+        cls = self.enclosing_class(definition)
+        return cls is not None and cls is self.enclosing_class(statement)
+
+    def split_dataparallel(self, dp_sites, models) -> Tuple[Tuple[DataParallelSite, ...], Tuple[DataParallelSite, ...]]:
+        """DataParallel sites no model took over: blocking when they build a trained model, else left alone."""
+        taken = {id(s) for m_ in models for s in (m_.stripped or ((m_.dataparallel,) if m_.dataparallel else ()))}
+        blocking, other = [], []
+        for site in dp_sites:
+            if id(site) in taken:
+                continue
+            (blocking if self.feeds_trained_model(site, models) else other).append(site)
+        return tuple(blocking), tuple(other)
+
+    def feeds_trained_model(self, site: DataParallelSite, models) -> bool:
+        fn = self.enclosing_function(site.call)
+        for model in models:
+            if model.definition is None:
+                continue
+            if self.scope_of(site.statement) is self.scope_of(model.definition):
+                return True
+            if fn is not None and fn.name.value in _called_names(model.definition):
+                return True  # `model = build()` where build() returns DataParallel(...)
+        return False
 
     def nested_sites(self, sites, definition) -> Tuple[DataParallelSite, ...]:
         """DataParallel sites to unwrap in place: several, on a submodule, or in branches below the model's block.
@@ -621,6 +699,26 @@ class _Analysis:
             if top is not None:
                 last = max(last, body.index(top))
         return body[last]
+
+    def parameter_owners_nearby(self, optimizer_call: cst.Call) -> List[str]:
+        """Parameter groups built beforehand (`decay = [p for n, p in model.named_parameters() ...]`).
+
+        Only the names the optimizer call uses are followed, to the statements of the same
+        function that assign or extend them.
+        """
+        names = {name.value for name in m.findall(optimizer_call, m.Name())}  # type: ignore[attr-defined]
+        owners: List[str] = []
+        fn = self.enclosing_function(optimizer_call) or self.module
+        for target, statement in self.c.assignments:
+            if target in names and self.scope_of(statement) is self.scope_of(optimizer_call):
+                owners += [o for o in _parameter_owners_in(statement) if o not in owners]
+        for receiver, method, statement in self.c.expr_calls:
+            if receiver in names and method in ("append", "extend") and self.is_inside(statement, fn):
+                owners += [o for o in _parameter_owners_in(statement) if o not in owners]
+        for loop in self.c.loops:
+            if isinstance(loop, cst.For) and self.is_inside(loop, fn) and names & _referenced_names(loop.body):
+                owners += [o for o in _parameter_owners_in(loop.iter) if o not in owners]
+        return owners
 
     def model_definition(self, expr: str, optimizer_call: cst.Call) -> Optional[cst.SimpleStatementLine]:
         """The first statement assigning `expr` in the optimizer's function (or class, for self.x)."""
@@ -808,10 +906,13 @@ class _Analysis:
 
 def _parameter_owners(optimizer_call: cst.Call) -> List[str]:
     """`model` in optim.SGD(model.parameters()), [{"params": model.parameters()}], filter(..., m.parameters())."""
-    owners: List[str] = []
     if not optimizer_call.args:
-        return owners
-    params = optimizer_call.args[0].value
+        return []
+    return _parameter_owners_in(optimizer_call.args[0].value)
+
+
+def _parameter_owners_in(params: cst.CSTNode) -> List[str]:
+    owners: List[str] = []
     for call in m.findall(params, m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))):
         owner = code_of(call.func.value)  # type: ignore[attr-defined]
         if owner not in owners:

@@ -1,7 +1,8 @@
 """The command line: flags -> one WriteBack mode; for each file read -> migrate -> show/write -> tally.
 
 Thin on purpose: decoding and writing live in files.py, patches in diff.py, counting in report.py,
-every byte the user sees in render.py, and the migration itself in api.migrate.
+every byte the user sees in render.py, and the migration itself in api.migrate (Python scripts)
+or launcher.migrate_launcher (shell, Make, Docker, YAML, Markdown, reST and notebook files).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from migrator import __version__, files, render
 from migrator.api import migrate
 from migrator.diff import unified_diff
 from migrator.errors import IntroducedSyntaxError, MigrateError, SourceParseError
+from migrator.launcher import migrate_launcher
 from migrator.options import Options
 from migrator.report import EXIT_FAILED, Report, WriteBack
 
@@ -58,6 +60,8 @@ def cli(
 ) -> None:
     """Migrate PyTorch training scripts to DistributedDataParallel under torchrun.
 
+    Launcher files (shell and Slurm scripts, Makefiles, Dockerfiles, YAML, Markdown, reST,
+    notebooks) get their `python -m torch.distributed.launch` commands rewritten to torchrun.
     With one file and no flag, print the migrated source to stdout. Exit status: 0 done,
     1 a file would change (--check), 2 a file could not be read, parsed or migrated; 3 both.
     """
@@ -130,8 +134,17 @@ def migrate_file(
 def _migrate_file(
     path: Path, name: str, mode: WriteBack, options: Options, out: "render.Console", err: "render.Console", quiet: bool
 ) -> bool:
-    source = files.read_source(path)
-    result = migrate(source.text, options)
+    kind = files.source_kind(path)
+    if kind is None:
+        raise files.FileError(
+            name, "not a Python script or a launcher file (shell, Makefile, Dockerfile, YAML, Markdown, reST, notebook)"
+        )
+    if kind == files.PYTHON:
+        source = files.read_source(path)
+        result = migrate(source.text, options)
+    else:
+        source = files.read_text(path)
+        result = migrate_launcher(source.text, kind, options)
     changed = result.code != source.text
     new_bytes = source.encode(result.code)  # fails here, in every mode, if the new code has no bytes
 

@@ -58,8 +58,9 @@ class SaveSite:
     """A checkpoint write and the statement(s) that must run on rank 0 only."""
 
     call: cst.Call
-    guard: Tuple[Statement, ...]
+    guard: Tuple[Statement, ...]  # the helper's call sites, or the write itself
     shared: Optional[Statement] = None  # the guard would skip code every rank must run (a forward, a collective)
+    inner: Optional[Statement] = None  # the write itself, when `guard` holds a helper's call sites
 
 
 @dataclass(frozen=True)
@@ -74,10 +75,11 @@ class ModelUse:
 
 
 class Flow:
-    def __init__(self, a: "_Analysis", model_exprs: Set[str]) -> None:
+    def __init__(self, a: "_Analysis", model_exprs: Set[str], entry_function: Optional[cst.CSTNode]) -> None:
         self.a = a
         self.c = a.c
         self.model_exprs = model_exprs
+        self.entry_function = entry_function
         self.functions: Dict[str, cst.FunctionDef] = {
             f.name.value: f for f in self.c.functions if isinstance(a.parent(f), cst.Module)
         }
@@ -129,7 +131,19 @@ class Flow:
         return self.a.calls_inside.get(node, [])
 
     def loops_over(self, expr: str, within: cst.CSTNode) -> List[cst.CSTNode]:
-        return [loop for loop in self.c.loops if isinstance(loop, cst.For) and _iterated(loop) == expr and self.a.is_inside(loop, within)]
+        """`for ... in <expr>` loops, and `iter(<expr>)` calls (step loops that call next())."""
+        loops = [loop for loop in self.c.loops if isinstance(loop, cst.For) and _iterated(loop) == expr]
+        streams = [
+            call for call in self.calls_within(within)
+            if m.matches(call.func, m.Name("iter")) and _iterated(call) == expr
+        ]
+        return [node for node in loops if self.a.is_inside(node, within)] + streams
+
+    def use_trains(self, use: cst.CSTNode) -> bool:
+        """A loop over the loader trains; so does an `iter(loader)` in a function that trains."""
+        if isinstance(use, cst.For):
+            return self.trains(use)
+        return self.trains(self.a.enclosing_function(use) or self.a.module)
 
     def trains(self, node: cst.CSTNode, depth: int = 0) -> bool:
         """Does running `node` reach a backward() or an optimizer step()?"""
@@ -166,15 +180,17 @@ class Flow:
         loops: List[Tuple[cst.For, str]] = []
         if statement is not None:
             target, loops = self.loader_loops(call, statement)
-        if problem is None and target is None:
+        if problem is None and target is None and not loops:
             problem = "untraced"
+        if problem is None and not loops and _shuffles(shuffle) and self.c.optimizer_calls:
+            problem = "untraced"  # a named, shuffled loader whose use we cannot find
         # An untraced loader that shuffles is most likely the training one: better reported than missed.
-        training = any(self.trains(loop) for loop, _ in loops) or (problem == "untraced" and _shuffles(shuffle))
+        training = any(self.use_trains(loop) for loop, _ in loops) or (problem == "untraced" and _shuffles(shuffle))
         hooks: List[EpochHook] = []
         no_epoch = None
         if training:
             for loop, spelled in loops:
-                if not self.trains(loop):
+                if not self.use_trains(loop):
                     continue
                 found = self.epoch_hooks(loop, spelled)
                 if not found and no_epoch is None:
@@ -220,7 +236,7 @@ class Flow:
         # `return DataLoader(...)` or `return train_loader, val_loader` from a helper function.
         fn = self.a.enclosing_function(call)
         if fn is not None and isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Return):
-            return code_of(call), self.returned_uses(fn, 0)
+            return None, self.returned_uses(fn, 0)
         return None, []
 
     def uses(self, expr: str, owner: ScopeOwner, depth: int = 0) -> List[Tuple[cst.For, str]]:
@@ -269,7 +285,7 @@ class Flow:
         return found
 
     # -- epochs --------------------------------------------------------------------------
-    def epoch_hooks(self, loop: cst.For, spelled: str) -> List[EpochHook]:
+    def epoch_hooks(self, loop: cst.CSTNode, spelled: str) -> List[EpochHook]:
         """Where the epoch loop driving `loop` is, and how the loader is spelled there."""
         enclosing = self.enclosing_epoch_loop(loop)
         if enclosing is not None:
@@ -318,18 +334,19 @@ class Flow:
     # -- checkpoints ---------------------------------------------------------------------
     def saves(self) -> Tuple[SaveSite, ...]:
         sites = []
-        for call in self.a.calls(N.TORCH_SAVE):
+        for call in self.a.calls(N.RESULT_WRITES):
             if self.under_rank_check(call):
                 continue
             fn = self.a.enclosing_function(call)
             helper_calls = self.save_helper_calls(fn) if fn is not None else None
+            inner = self.save_statement(call)
             if helper_calls:
                 guard = tuple(self.a.statement_of(c) for c in helper_calls if not self.under_rank_check(c))
             else:
-                guard = (self.save_statement(call),)
+                guard = (inner,)
             statements = tuple(s for s in guard if s is not None)
             shared = next((s for s in statements if self.runs_shared_code(s)), None)
-            sites.append(SaveSite(call, statements, shared))
+            sites.append(SaveSite(call, statements, shared, inner if helper_calls else None))
         return tuple(sites)
 
     def runs_shared_code(self, node: cst.CSTNode, depth: int = 0) -> bool:
@@ -352,7 +369,7 @@ class Flow:
         Only a helper that does nothing every rank must do (no loops, no backward/step, no
         collectives) is guarded at its call sites; anything else gets the guard inside.
         """
-        if any(self.a.is_inside(loop, fn) for loop in self.c.loops) or self.trains(fn):
+        if fn is self.entry_function or any(self.a.is_inside(loop, fn) for loop in self.c.loops) or self.trains(fn):
             return None
         if any(self.c.resolve(call.func) and self.c.resolve(call.func).startswith("torch.distributed.") for call in self.calls_within(fn)):  # type: ignore[union-attr]
             return None
@@ -416,15 +433,28 @@ class Flow:
         at the top of a function body, where every rank is sure to arrive.
         """
         found = []
-        for call in self.a.calls(N.TORCH_LOAD):
+        for call in self.loading_calls():
             fn = self.a.enclosing_function(call) or self.a.module
             block = fn.body if isinstance(fn, cst.FunctionDef) else fn
             top = self.a.top_statement_in(call, block)
             if top is None or top in found or self.a.holds_loop(top):
                 continue
-            if any(self.a.is_inside(site.call, fn) and self.a.comes_after(call, site.call) for site in saves):
+            if any(
+                self.a.enclosing_function(site.call) is self.a.enclosing_function(call) and self.a.comes_after(call, site.call)
+                for site in saves
+            ):
                 found.append(top)
         return tuple(found)
+
+    def loading_calls(self) -> List[cst.Call]:
+        """torch.load calls, and calls of this file's functions that (transitively) torch.load."""
+        loads = list(self.a.calls(N.TORCH_LOAD))
+        loaders = {self.a.enclosing_function(call) for call in loads} - {None}
+        for _ in range(2):  # helpers of helpers
+            callers = [call for call in self.c.calls if self.callee(call) in loaders]
+            loads += [call for call in callers if call not in loads]
+            loaders |= {self.a.enclosing_function(call) for call in callers} - {None}
+        return loads
 
     # -- model uses after wrapping ---------------------------------------------------------
     def model_uses(self, model: "ModelFact", wrap_point: Statement) -> Tuple[ModelUse, ...]:
@@ -513,13 +543,18 @@ def _assigned_name(statement, call: cst.Call) -> Optional[str]:
     return None
 
 
-_WRAPPERS = {"enumerate", "tqdm", "iter", "trange"}
+# Calls whose first argument is not what the loop walks over (range(len(loader)) walks indices).
+_NOT_WRAPPERS = {"range", "len", "reversed", "sorted"}
 
 
-def _iterated(loop: cst.For) -> Optional[str]:
-    """`train_loader` in `for x in train_loader`, `enumerate(train_loader)`, `tqdm(train_loader, ...)`."""
-    node = loop.iter
-    while isinstance(node, cst.Call) and (dotted_name(node.func) or "").split(".")[-1] in _WRAPPERS and node.args:
+def _iterated(loop: cst.CSTNode) -> Optional[str]:
+    """What a loop (or an `iter(...)` call) walks over: `train_loader` in `for x in train_loader`,
+    `enumerate(train_loader)`, `tqdm(train_loader, ...)`, `metric_logger.log_every(train_loader, 10)`.
+    """
+    node = loop.iter if isinstance(loop, cst.For) else loop
+    while isinstance(node, cst.Call) and node.args and node.args[0].keyword is None:
+        if (dotted_name(node.func) or "").split(".")[-1] in _NOT_WRAPPERS:
+            return None
         node = node.args[0].value
     return code_of(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
 

@@ -2,7 +2,9 @@
 
 Nothing here knows about DDP. `read_source` decodes the way Python itself does (BOM, PEP 263
 cookie) and never translates newlines, so `encode_source(read_source(p).text, ...)` is the file's
-exact bytes. `write_atomic` replaces a file only if it still holds the bytes that were read.
+exact bytes; `read_text` does the same for launcher files (UTF-8). `write_atomic` replaces a file
+only if it still holds the bytes that were read. `source_kind` tells Python scripts from launcher
+files (shell, Make, Docker, YAML, Markdown, reST, notebooks) and from files ddp-migrate does not take.
 """
 from __future__ import annotations
 
@@ -18,11 +20,18 @@ from typing import Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Uni
 
 import pathspec
 
+from migrator import launcher
 from migrator.errors import MigrateError, SourceParseError
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 UTF8_BOM = b"\xef\xbb\xbf"
+
+#: The kind of a Python script; launcher files have one of launcher.KINDS.
+PYTHON = "python"
+
+#: How much of an extension-less file is read to find its shebang.
+HEAD_BYTES = 256
 
 #: Directory names never walked into (an explicitly named directory is still walked).
 EXCLUDED_DIRS = frozenset({".git", ".venv", "venv", "__pycache__", "node_modules", "build", "dist", ".tox"})
@@ -80,6 +89,54 @@ def read_source(path: PathLike) -> SourceFile:
         raise FileError(path, f"cannot read: {exc.strerror or exc}") from None
     text, encoding, bom = decode_source(data, path)
     return SourceFile(path, text, encoding, bom, _digest(data))
+
+
+def read_text(path: PathLike) -> SourceFile:
+    """Read a launcher file (a shell script, Makefile, YAML ...): UTF-8 with or without a BOM, newlines kept.
+
+    Raises FileError when the file cannot be read and SourceParseError (with line and column)
+    when it is not UTF-8.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise FileError(path, f"cannot read: {exc.strerror or exc}") from None
+    bom = data.startswith(UTF8_BOM)
+    body = data[len(UTF8_BOM):] if bom else data
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line, col = _line_col(body, exc.start)
+        bad = " ".join(f"{byte:02x}" for byte in body[exc.start : exc.end])
+        raise SourceParseError(f"byte(s) {bad} are not valid utf-8", line, col, os.fspath(path)) from None
+    return SourceFile(path, text, "utf-8", bom, _digest(data))
+
+
+def source_kind(path: PathLike) -> Optional[str]:
+    """PYTHON, a launcher kind (launcher.detect_kind: by name, else by a shell shebang), or None.
+
+    An extension-less file that is not a shell script counts as Python (a script such as `train`
+    named on the command line); any other file is None: ddp-migrate does not take it.
+    """
+    path = Path(path)
+    if path.suffix in (".py", ".pyw"):
+        return PYTHON
+    kind = launcher.detect_kind(path.name, "")
+    if kind is None:
+        kind = launcher.detect_kind(path.name, _head(path))
+    if kind is None and not path.suffix:
+        return PYTHON
+    return kind
+
+
+def _head(path: Path) -> str:
+    """The first bytes of a file, as text, or "" when it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(HEAD_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def decode_source(data: bytes, path: Optional[PathLike] = None) -> Tuple[str, str, bool]:
@@ -241,12 +298,13 @@ _Ignore = Tuple[Path, pathspec.PathSpec]  # (absolute directory the patterns are
 
 
 def discover(paths: Iterable[PathLike]) -> List[Path]:
-    """Expand `paths` into the Python files to migrate, in a stable order, without duplicates.
+    """Expand `paths` into the files to migrate, in a stable order, without duplicates.
 
     A file argument is always taken, whatever its name and whatever .gitignore says. A directory
-    is walked for `*.py`, skipping EXCLUDED_DIRS, whatever the enclosing repository's .gitignore
-    files (and .git/info/exclude) ignore, and symlinks to directories. Raises FileError for a path
-    that does not exist or a directory that cannot be listed.
+    is walked for `*.py` and launcher files (`_is_launcher_file`), skipping EXCLUDED_DIRS,
+    whatever the enclosing repository's .gitignore files (and .git/info/exclude) ignore, and
+    symlinks to directories. Raises FileError for a path that does not exist or a directory that
+    cannot be listed.
     """
     found: List[Path] = []
     seen: Set[str] = set()
@@ -298,8 +356,25 @@ def _walk_dir(directory: Path, real_dir: Path, ignores: Sequence[_Ignore]) -> It
         if entry.is_dir(follow_symlinks=False):
             if entry.name not in EXCLUDED_DIRS and not _ignored(real, ignores, is_dir=True):
                 yield from _walk_dir(path, real, ignores)
-        elif entry.name.endswith(".py") and entry.is_file() and not _ignored(real, ignores, is_dir=False):
+        elif (
+            (entry.name.endswith(".py") or _is_launcher_file(entry))
+            and entry.is_file()
+            and not _ignored(real, ignores, is_dir=False)
+        ):
             yield path
+
+
+def _is_launcher_file(entry: "os.DirEntry[str]") -> bool:
+    """A launcher file by its name, or an extension-less executable with a shell shebang."""
+    if launcher.detect_kind(entry.name, "") is not None:
+        return True
+    if "." in entry.name.lstrip(".") or not entry.is_file():
+        return False
+    try:
+        executable = bool(entry.stat().st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH))
+    except OSError:
+        return False
+    return executable and launcher.detect_kind(entry.name, _head(Path(entry.path))) == "shell"
 
 
 def _ignored(real: Path, ignores: Sequence[_Ignore], *, is_dir: bool) -> bool:

@@ -27,6 +27,20 @@ INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group"})
 DESTROY_PROCESS_GROUP = frozenset({"torch.distributed.destroy_process_group"})
 TORCH_DEVICE = frozenset({"torch.device"})
 TORCH_SAVE = frozenset({"torch.save"})
+# Other writes of training results: one writer, like checkpoints.
+RESULT_WRITES = TORCH_SAVE | frozenset(
+    {
+        "torch.jit.save",
+        "numpy.save",
+        "numpy.savez",
+        "numpy.savez_compressed",
+        "numpy.savetxt",
+        "json.dump",
+        "pickle.dump",
+        "yaml.dump",
+        "yaml.safe_dump",
+    }
+)
 PROGRESS_BARS = frozenset(
     {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.trange", "tqdm.auto.trange", "tqdm.std.tqdm"}
 )

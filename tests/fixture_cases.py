@@ -3,7 +3,10 @@
 A scenario folder holds:
   input.py       the script as users write it
   expected.py    what ddp-migrate must make of it (absent: the file must stay byte-identical)
-  fixture.toml   optional: description, runtime (bool), args (list), error ("parse"), diagnostics (codes)
+  fixture.toml   optional: description, runtime (bool), args (list), error ("parse"), diagnostics (codes),
+                 original_runs_on_cpu (bool, default true: input.py runs as one plain CPU process,
+                 so the runtime test compares the keys it saves with the migrated script's),
+                 runtime_skip (table: runtime check name -> why it cannot hold for this scenario)
 Adding a folder adds tests; nothing here lists scenarios by name.
 """
 from __future__ import annotations
@@ -63,6 +66,16 @@ class FixtureCase:
     @property
     def diagnostics(self) -> List[str]:
         return list(self.config.get("diagnostics", []))
+
+    @property
+    def original_runs_on_cpu(self) -> bool:
+        """input.py can run as one plain process on a CPU-only machine (no unconditional CUDA)."""
+        return bool(self.config.get("original_runs_on_cpu", True))
+
+    @property
+    def runtime_skip(self) -> Dict[str, str]:
+        """Runtime checks that cannot hold for this scenario: {check name: reason}."""
+        return {str(k): str(v) for k, v in dict(self.config.get("runtime_skip", {})).items()}
 
 
 def discover() -> List[FixtureCase]:

@@ -606,3 +606,154 @@ def test_installed_entry_point_runs_as_a_subprocess(tmp_path):
     missing = subprocess.run([exe, "nope.py"], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert missing.returncode == 2
     assert missing.stderr == "nope.py: no such file or directory\n"
+
+
+# --------------------------------------------------------------------------- launcher files
+
+from migrator import files as files_module  # noqa: E402
+from migrator.launcher import migrate_launcher  # noqa: E402
+
+LAUNCH_SH = "#!/bin/bash\nset -e\npython -m torch.distributed.launch --nproc_per_node=2 --use_env train.py\n"
+LAUNCH_SH_MIGRATED = "#!/bin/bash\nset -e\ntorchrun --nproc_per_node=2 train.py\n"
+LAUNCH_TREE = {
+    "train.py": SCRIPT,
+    "scripts/dist_train.sh": LAUNCH_SH,
+    "Makefile": "train:\n\tpython -m torch.distributed.launch --nproc_per_node=2 train.py\n",
+    "Dockerfile": 'CMD ["python", "-m", "torch.distributed.launch", "--nproc_per_node=2", "train.py"]\n',
+    ".github/workflows/ci.yml": "steps:\n  - run: python -m torch.distributed.launch --nproc_per_node=2 train.py\n",
+    "README.md": "```bash\npython -m torch.distributed.launch --nproc_per_node=2 train.py\n```\n",
+    "docs/index.rst": "Nothing to launch here.\n",
+    "bin/launch": "#!/usr/bin/env bash\npython -m torch.distributed.launch --nproc_per_node=2 train.py\n",
+    "bin/not_executable": "#!/usr/bin/env bash\npython -m torch.distributed.launch --nproc_per_node=2 train.py\n",
+    "notes.txt": "python -m torch.distributed.launch --nproc_per_node=2 train.py\n",
+    "generated/run.sh": LAUNCH_SH,
+    ".gitignore": "generated/\n",
+}
+
+
+def _launch_tree(root: Path) -> None:
+    for name, text in LAUNCH_TREE.items():
+        write(root / name, text)
+    (root / "bin" / "launch").chmod(0o755)
+    (root / "bin" / "not_executable").chmod(0o644)
+
+
+def test_a_directory_walk_takes_launcher_files(project):
+    _launch_tree(project)
+    found = [files_module.display_path(p) for p in files_module.discover([Path(".")])]
+    assert found == [
+        ".github/workflows/ci.yml",
+        "Dockerfile",
+        "Makefile",
+        "README.md",
+        "bin/launch",
+        "docs/index.rst",
+        "scripts/dist_train.sh",
+        "train.py",
+    ]
+    assert [files_module.source_kind(Path(p)) for p in found] == [
+        "yaml", "docker", "make", "markdown", "shell", "rst", "shell", "python"
+    ]  # fmt: skip
+
+
+def test_check_of_a_directory_routes_launcher_files_to_the_launcher(project, fake_engine):
+    _launch_tree(project)
+    result = invoke("--check", ".")
+    assert result.exit_code == 1
+    err = lines(result.stderr)
+    assert "scripts/dist_train.sh:3:1 DDP201 `python -m torch.distributed.launch` becomes `torchrun`" in err
+    assert "scripts/dist_train.sh:3:55 DDP202 `--use_env` dropped: torchrun always sets LOCAL_RANK" in err
+    assert "would migrate bin/launch" in err and "would migrate Dockerfile" in err
+    assert "train.py:5:10 DDP001 replaced single_gpu" in err  # Python still goes to the Python engine
+    assert err[-1] == "7 files would be migrated, 1 left unchanged"
+    assert (project / "scripts" / "dist_train.sh").read_text() == LAUNCH_SH
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_launcher_diff_applies_with_git_apply(project, fake_engine):
+    _git(project, "init", "-q")
+    _git(project, "config", "core.autocrlf", "false")
+    _launch_tree(project)
+    crlf = project / "scripts" / "crlf.sh"
+    crlf.write_bytes(LAUNCH_SH.replace("\n", "\r\n").encode())
+    before = {p: p.read_bytes() for p in project.rglob("*") if p.is_file() and ".git" not in p.parts}
+
+    result = invoke("--diff", "--color", "never", ".")
+    assert result.exit_code == 0, result.stderr
+    sh_patch = unified_diff(LAUNCH_SH, LAUNCH_SH_MIGRATED, "scripts/dist_train.sh")
+    assert sh_patch in result.stdout
+    (project / "launch.patch").write_bytes(result.stdout_bytes)
+    _git(project, "apply", "launch.patch")
+
+    assert crlf.read_bytes() == LAUNCH_SH_MIGRATED.replace("\n", "\r\n").encode()
+    for path, data in before.items():
+        name = files_module.display_path(path.relative_to(project))
+        kind = files_module.source_kind(path)
+        if name in ("train.py", "scripts/crlf.sh") or kind in (None, "python") or name.startswith("generated/"):
+            continue
+        if name == "bin/not_executable":
+            assert path.read_bytes() == data
+            continue
+        assert path.read_text() == migrate_launcher(data.decode(), kind).code, name
+
+
+def test_in_place_rewrites_a_launcher_file_keeping_bom_crlf_and_mode(project):
+    path = project / "run.sh"
+    data = b"\xef\xbb\xbf" + LAUNCH_SH.replace("\n", "\r\n").encode() + "echo caf\u00e9\r\n".encode()
+    path.write_bytes(data)
+    path.chmod(0o750)
+    result = invoke("--in-place", "run.sh")
+    assert result.exit_code == 0
+    migrated = b"\xef\xbb\xbf" + LAUNCH_SH_MIGRATED.replace("\n", "\r\n").encode() + "echo caf\u00e9\r\n".encode()
+    assert path.read_bytes() == migrated
+    assert path.stat().st_mode & 0o777 == 0o750
+    assert lines(result.stderr)[-2:] == ["migrated run.sh", "1 file migrated"]
+    assert lines(invoke("--in-place", "run.sh").stderr) == ["1 file left unchanged"]
+
+
+def test_print_mode_prints_the_migrated_launcher_file(project):
+    write(project / "Makefile", LAUNCH_TREE["Makefile"])
+    result = invoke("Makefile")
+    assert result.exit_code == 0
+    assert result.stdout == "train:\n\ttorchrun --nproc_per_node=2 train.py\n"
+
+
+def test_launcher_decline_is_a_diagnostic_line(project):
+    write(project / "run.sh", 'python -m torch.distributed.launch "$@"\n')
+    result = invoke("--check", "run.sh")
+    assert result.exit_code == 0  # nothing would change
+    (finding, summary) = lines(result.stderr)
+    assert finding.startswith("run.sh:1:11 DDP204 launch left as it is: the launcher's arguments come from \"$@\"")
+    assert summary == "1 file left unchanged"
+
+
+def test_explicit_file_of_no_known_kind_is_an_error(project, fake_engine):
+    write(project / "notes.txt", LAUNCH_TREE["notes.txt"])
+    write(project / "a.py", SCRIPT)
+    result = invoke("--in-place", "notes.txt", "a.py")
+    assert result.exit_code == 2
+    assert lines(result.stderr)[0] == (
+        "notes.txt: not a Python script or a launcher file "
+        "(shell, Makefile, Dockerfile, YAML, Markdown, reST, notebook)"
+    )
+    assert lines(result.stderr)[-1] == "1 file migrated, 1 failed"
+    assert (project / "notes.txt").read_text() == LAUNCH_TREE["notes.txt"]
+    assert (project / "a.py").read_text() == SCRIPT.replace(MARKER, MIGRATED)
+
+
+def test_explicit_extensionless_file_is_python_unless_a_shell_script(project, fake_engine):
+    write(project / "train", SCRIPT)
+    write(project / "launch", LAUNCH_SH)  # a shebang: shell, executable or not
+    result = invoke("--check", "train", "launch")
+    assert result.exit_code == 1
+    err = lines(result.stderr)
+    assert "train:5:10 DDP001 replaced single_gpu" in err
+    assert "launch:3:1 DDP201 `python -m torch.distributed.launch` becomes `torchrun`" in err
+
+
+def test_launcher_file_that_is_not_utf8_is_a_parse_error(project):
+    (project / "run.sh").write_bytes(b"echo hi\necho caf\xe9\n")
+    write(project / "ok.sh", LAUNCH_SH)
+    result = invoke("--check", "run.sh", "ok.sh")
+    assert result.exit_code == 3
+    assert "run.sh:2:8: cannot parse: byte(s) e9 are not valid utf-8" in lines(result.stderr)

@@ -1,8 +1,18 @@
 """Runtime tests: migrated fixtures really train under `torchrun --standalone --nproc_per_node=2`.
 
 Observed from outside the scripts by the probe in tests/runtime_probe/ (nothing in a fixture
-is edited). The self-tests at the bottom prove each property can fail.
-Deselect with `-m "not runtime"` for the fast suite.
+is edited). For every training fixture:
+
+  test_migrated_fixture_trains_under_torchrun   world size 2, DDP wrap, identical parameters
+      across ranks, clean shutdown, disjoint covering DistributedSampler shards every epoch
+      (evaluation loaders unsharded), reshuffled every epoch, each checkpoint written by rank 0
+      only. A fixture.toml `runtime_skip = {check = "why"}` table skips named checks.
+  test_migrated_fixture_saves_original_keys     input.py run once as a plain process saves
+      the same files with the same (nested) state_dict keys; skipped when the migration
+      changed nothing or fixture.toml says `original_runs_on_cpu = false`.
+
+Both tests share one torchrun run per fixture. The self-tests at the bottom prove each
+property can fail. Deselect with `-m "not runtime"` for the fast suite.
 """
 from __future__ import annotations
 
@@ -10,6 +20,7 @@ import importlib.util
 import os
 import textwrap
 from pathlib import Path
+from typing import Dict
 
 import pytest
 
@@ -18,12 +29,16 @@ from runtime_probe.checks import (
     assert_all_ranks_recorded,
     assert_clean_exit,
     assert_ddp_wrapped,
+    assert_disjoint_shards,
     assert_identical_params,
     assert_process_group_destroyed,
+    assert_reshuffled_each_epoch,
+    assert_same_saved_keys,
+    assert_single_writer,
     assert_trains_correctly_under_ddp,
     assert_world,
 )
-from runtime_probe.harness import run_single, run_torchrun
+from runtime_probe.harness import RunReport, run_single, run_torchrun
 
 pytestmark = pytest.mark.runtime
 
@@ -31,12 +46,53 @@ if importlib.util.find_spec("torch") is None and not os.environ.get("CI"):
     pytest.skip("torch is not installed (pip install -e '.[test]')", allow_module_level=True)
 
 RUNTIME_CASES = [case for case in fixture_cases.discover() if case.runs_under_torchrun]
+SCRIPT_NAME = "train.py"  # both the original and the migrated copy, for scripts naming outputs by __file__
+
+_TORCHRUN_REPORTS: Dict[str, RunReport] = {}
+
+
+def torchrun_report(case: fixture_cases.FixtureCase, tmp_path_factory: pytest.TempPathFactory) -> RunReport:
+    """The fixture's migrated script under torchrun, run once per session for both tests."""
+    if case.name not in _TORCHRUN_REPORTS:
+        workdir = tmp_path_factory.mktemp(f"{case.name}-torchrun")
+        _TORCHRUN_REPORTS[case.name] = run_torchrun(
+            case.migrated_script, workdir, args=case.args, script_name=SCRIPT_NAME,
+            label=f"fixture {case.name}: {case.migrated_script.name} under torchrun")
+    return _TORCHRUN_REPORTS[case.name]
 
 
 @pytest.mark.parametrize("case", RUNTIME_CASES, ids=[case.name for case in RUNTIME_CASES])
-def test_migrated_fixture_trains_under_torchrun(case: fixture_cases.FixtureCase, tmp_path: Path) -> None:
-    report = run_torchrun(case.migrated_script, tmp_path / "run", args=case.args)
-    assert_trains_correctly_under_ddp(report, nproc=2)
+def test_migrated_fixture_trains_under_torchrun(case: fixture_cases.FixtureCase,
+                                                tmp_path_factory: pytest.TempPathFactory) -> None:
+    report = torchrun_report(case, tmp_path_factory)
+    notes = assert_trains_correctly_under_ddp(report, nproc=2, skip=case.runtime_skip)
+    for name, reason in case.runtime_skip.items():
+        notes[name] = f"skipped by fixture.toml: {reason}"
+    print(f"{case.name}: torchrun run {report.duration_s:.1f}s")  # shown with -rP
+    for name, note in notes.items():
+        print(f"  {name}: {note}")
+
+
+@pytest.mark.parametrize("case", RUNTIME_CASES, ids=[case.name for case in RUNTIME_CASES])
+def test_migrated_fixture_saves_original_keys(case: fixture_cases.FixtureCase,
+                                              tmp_path_factory: pytest.TempPathFactory) -> None:
+    if case.expected_path_or_none is None:
+        pytest.skip("no migration: input.py is the script under test, nothing to compare with")
+    if not case.original_runs_on_cpu:
+        pytest.skip("fixture.toml: original_runs_on_cpu = false (the original input.py cannot run on a "
+                    "CPU-only machine), so there are no original checkpoints to compare keys with")
+    report = torchrun_report(case, tmp_path_factory)
+    assert_clean_exit(report)
+    original = run_single(case.input_path, tmp_path_factory.mktemp(f"{case.name}-original"),
+                          args=case.args, script_name=SCRIPT_NAME,
+                          label=f"fixture {case.name}: original input.py as one plain CPU process")
+    if not original.ok:
+        raise AssertionError(
+            f"[fixture {case.name}] the original input.py failed as one plain CPU process, so its saved "
+            "keys cannot be compared; if it cannot run without CUDA, set `original_runs_on_cpu = false` "
+            f"in fixtures/{case.name}/fixture.toml\n{original.explain()}")
+    print(f"{case.name}: original run {original.duration_s:.1f}s; same_saved_keys: "
+          f"{assert_same_saved_keys(report, original)}")  # shown with -rP
 
 
 # --------------------------------------------------------------------------------------
@@ -58,9 +114,10 @@ def main():
     torch.manual_seed(0)
     model = DDP(nn.Linear(4, 1))
     g = torch.Generator().manual_seed(DATA_SEED)
-    ds = TensorDataset(torch.randn(32, 4, generator=g), torch.randn(32, 1, generator=g))
+    ds = TensorDataset(torch.randn(33, 4, generator=g), torch.randn(33, 1, generator=g))  # odd: padded
     sampler = DistributedSampler(ds, shuffle=True, seed=0)
     loader = DataLoader(ds, batch_size=4, sampler=sampler)
+    val_loader = DataLoader(TensorDataset(torch.randn(10, 4, generator=g)), batch_size=4)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(2):
         sampler.set_epoch(epoch)
@@ -68,6 +125,9 @@ def main():
             opt.zero_grad()
             nn.functional.mse_loss(FORWARD(x), y).backward()
             opt.step()
+        with torch.no_grad():
+            for (x,) in val_loader:
+                model(x)
     if rank == 0:
         torch.save({"model": model.module.state_dict(), "optimizer": opt.state_dict(), "epoch": 2}, "ckpt.pt")
     CRASH
@@ -79,15 +139,59 @@ if __name__ == "__main__":
 """
 
 
+def _edit(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, old
+    return text.replace(old, new)
+
+
 def ddp_script(tmp_path: Path, name: str, *, data_seed: str = "1", forward: str = "model",
-               destroy: bool = True, crash: str = "") -> Path:
+               destroy: bool = True, crash: str = "", sampler: bool = True, set_epoch: bool = True,
+               save_on_every_rank: bool = False, save_wrapper: bool = False) -> Path:
+    """GOOD_DDP, or one of its broken variants."""
     text = (GOOD_DDP.replace("DATA_SEED", data_seed).replace("FORWARD", forward)
             .replace("CRASH", crash or "pass"))
     if not destroy:
-        text = text.replace("    dist.destroy_process_group()\n", "")
+        text = _edit(text, "    dist.destroy_process_group()\n", "")
+    if not sampler:  # every rank iterates the whole training set
+        text = _edit(text, "DataLoader(ds, batch_size=4, sampler=sampler)", "DataLoader(ds, batch_size=4, shuffle=True)")
+        text = _edit(text, "    sampler = DistributedSampler(ds, shuffle=True, seed=0)\n", "")
+    if not sampler or not set_epoch:
+        text = _edit(text, "        sampler.set_epoch(epoch)\n", "")
+    if save_on_every_rank:
+        text = _edit(text, "    if rank == 0:\n        torch.save(", "    if True:\n        torch.save(")
+    if save_wrapper:  # the DDP wrapper's state_dict: keys "module.weight", "module.bias"
+        text = _edit(text, '"model": model.module.state_dict()', '"model": model.state_dict()')
     path = tmp_path / f"{name}.py"
     path.write_text(textwrap.dedent(text))
     return path
+
+
+# GOOD_DDP as it was before the migration: one process, no DDP, no sampler.
+ORIGINAL_SINGLE = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+model = nn.Linear(4, 1)
+g = torch.Generator().manual_seed(1)
+ds = TensorDataset(torch.randn(33, 4, generator=g), torch.randn(33, 1, generator=g))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in DataLoader(ds, batch_size=4, shuffle=True):
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": 2}, "ckpt.pt")
+"""
+
+
+def original_report(tmp_path: Path) -> RunReport:
+    script = tmp_path / "original.py"
+    script.write_text(textwrap.dedent(ORIGINAL_SINGLE))
+    report = run_single(script, tmp_path / "original_run", label="self-test original")
+    assert_clean_exit(report)
+    return report
 
 
 def expect_failure(check, *args, match: str) -> str:
@@ -100,7 +204,10 @@ def expect_failure(check, *args, match: str) -> str:
 
 def test_self_correct_ddp_script_passes(tmp_path: Path) -> None:
     report = run_torchrun(ddp_script(tmp_path, "good"), tmp_path / "run")
-    assert_trains_correctly_under_ddp(report, nproc=2)
+    notes = assert_trains_correctly_under_ddp(report, nproc=2)
+    assert "DataLoader #0 over TensorDataset(len=33)" in notes["disjoint_shards"], notes
+    assert notes["reshuffled_each_epoch"] == "reshuffled every epoch", notes
+    assert_same_saved_keys(report, original_report(tmp_path))
 
     # Records the next checks build on: checkpoints, sampler shards, set_epoch.
     assert report.saved_paths(0) == ["ckpt.pt"] and report.saved_paths(1) == [], report.explain()
@@ -115,12 +222,50 @@ def test_self_correct_ddp_script_passes(tmp_path: Path) -> None:
         assert (sampler["num_replicas"], sampler["rank"]) == (2, rank)
         iterations = report.loader_iterations(rank)
         assert [it["epoch"] for it in iterations] == [0, 1]
-        assert [it["batches"] for it in iterations] == [4, 4]
+        assert [it["batches"] for it in iterations] == [5, 5]
+        assert all(it["shard"] == it["indices"] for it in iterations)  # the sampler's whole yield
+        val = report.loader_iterations(rank, loader=1)
+        assert [it["indices"] for it in val] == [list(range(10))] * 2  # unsharded: every rank sees all
+        assert report.loaders(rank)[1]["sampler_index"] is None
     for epoch in (0, 1):
         shard0 = report.loader_iterations(0)[epoch]["indices"]
         shard1 = report.loader_iterations(1)[epoch]["indices"]
-        assert not set(shard0) & set(shard1) and sorted(shard0 + shard1) == list(range(32))
+        # 33 samples over 2 ranks: 17 each, the 34th repeats the permutation's first index
+        assert len(shard0) == len(shard1) == 17
+        assert set(shard0) | set(shard1) == set(range(33)) and set(shard0) & set(shard1) == {shard0[0]}
     assert report.loader_iterations(0)[0]["indices"] != report.loader_iterations(0)[1]["indices"]
+
+
+def test_self_training_loader_without_distributed_sampler_is_detected(tmp_path: Path) -> None:
+    report = run_torchrun(ddp_script(tmp_path, "no_sampler", sampler=False), tmp_path / "run")
+    assert_trains_correctly_under_ddp(report, skip={"disjoint_shards"})
+    message = expect_failure(assert_disjoint_shards, report, match="not sharded")
+    assert "gives ranks [0, 1] the same samples (33 of 33 shared in pass 0)" in message, message
+
+
+def test_self_missing_set_epoch_is_detected(tmp_path: Path) -> None:
+    report = run_torchrun(ddp_script(tmp_path, "no_set_epoch", set_epoch=False), tmp_path / "run")
+    assert_trains_correctly_under_ddp(report, skip={"reshuffled_each_epoch"})
+    message = expect_failure(assert_reshuffled_each_epoch, report, match="set_epoch was never called")
+    assert "on rank 0: all 2 passes ran with sampler epoch 0, so every pass drew the same order" in message
+
+
+def test_self_checkpoint_written_by_every_rank_is_detected(tmp_path: Path) -> None:
+    report = run_torchrun(ddp_script(tmp_path, "save_everywhere", save_on_every_rank=True), tmp_path / "run")
+    assert_trains_correctly_under_ddp(report, skip={"single_writer"})
+    expect_failure(assert_single_writer, report,
+                   match="'ckpt.pt' is written by rank(s) [0, 1] (rank 0: 1 call(s), rank 1: 1 call(s))")
+
+
+def test_self_wrapper_state_dict_keys_are_detected(tmp_path: Path) -> None:
+    migrated = run_torchrun(ddp_script(tmp_path, "save_wrapper", save_wrapper=True), tmp_path / "run",
+                            label="self-test save_wrapper")
+    assert_trains_correctly_under_ddp(migrated)
+    message = expect_failure(assert_same_saved_keys, migrated, original_report(tmp_path),
+                             match="'ckpt.pt' holds different keys than the original's")
+    assert message.startswith("[self-test save_wrapper] "), message
+    assert ("'ckpt.pt'['model']: keys only in the migrated save ['module.bias', 'module.weight'] (2), "
+            "only in the original's ['bias', 'weight'] (2)") in message, message
 
 
 def test_self_missing_destroy_process_group_is_detected(tmp_path: Path) -> None:

@@ -560,6 +560,83 @@ if __name__ == "__main__":
     ),
 )
 
+DATAPARALLEL_LEFT = Rule(
+    code="DDP111",
+    name="dataparallel-outside-training",
+    summary="DataParallel outside the training code (inference, export) left as is; under torchrun every process would use every GPU",
+    what="""
+A `DataParallel(...)` that wraps no trained model, e.g. in an inference helper that loads a
+checkpoint. The training part of the file is migrated; this one is left untouched so the
+checkpoints it loads keep their `module.` keys.""",
+    why="Under torchrun N processes each run it across all visible GPUs.",
+    fix="Run inference in one process, or drop DataParallel there and use the process's own device.",
+    fix_safety="Not fixable automatically.",
+    fixable=False,
+    examples=(
+        Example(
+            id="inference-helper",
+            before='''import torch
+import torch.nn as nn
+
+
+def load_for_inference(path):
+    net = nn.DataParallel(nn.Linear(4, 2))
+    net.load_state_dict(torch.load(path))
+    return net
+
+
+def main():
+    model = nn.DataParallel(nn.Linear(4, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+    torch.save(model.state_dict(), "model.pt")
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+import torch.nn as nn
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def load_for_inference(path):
+    net = nn.DataParallel(nn.Linear(4, 2))
+    net.load_state_dict(torch.load(path, map_location="cpu"))
+    return net
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    model = DDP(nn.Linear(4, 2), device_ids=[local_rank] if torch.cuda.is_available() else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+    if dist.get_rank() == 0:
+        torch.save(model.state_dict(), "model.pt")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+            diagnostics=("DDP111",),
+        ),
+    ),
+)
+
 RULES = (
     NO_ENTRY_POINT,
     CUDA_CALL_LEFT,
@@ -571,4 +648,5 @@ RULES = (
     UNTRACED_LOADER,
     NO_EPOCH_LOOP,
     SHARED_WORK_IN_SAVE,
+    DATAPARALLEL_LEFT,
 )

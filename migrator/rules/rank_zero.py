@@ -21,7 +21,8 @@ CHECKPOINT = Rule(
     name="rank-zero-checkpoint",
     summary="write checkpoints on rank 0 only",
     what="""
-Guards every `torch.save(...)` with `if dist.get_rank() == 0:`; a checkpoint helper such as
+Guards every `torch.save(...)` (and `np.save`, `json.dump`, `pickle.dump` of results) with
+`if dist.get_rank() == 0:`; a checkpoint helper such as
 `save_checkpoint(state, is_best)` is guarded at its call sites (so its `shutil.copyfile` of the
 best model runs with it), a `with open(path, "wb") as f: torch.save(model, f)` as a whole.""",
     why="""
@@ -165,13 +166,18 @@ def plan_checkpoints(facts: ScriptFacts, plan: Plan) -> None:
             line, col = facts.line_col(site.shared)
             plan.diagnostics.append(Diagnostic(SHARED_WORK_IN_SAVE.code, line, col, SHARED_WORK_IN_SAVE.summary))
             continue
-        for statement in site.guard:
-            if statement in plan.guards:
+        guard = site.guard
+        if site.inner is not None and not all(facts.after_setup(s) for s in guard):
+            guard = (site.inner,)  # the helper is called before the setup too: guard the write inside it
+        for statement in guard:
+            if statement in plan.guards or not facts.after_setup(statement):
                 continue
             plan.guard(statement, condition(facts))
             line, col = facts.line_col(statement)
             plan.changes.append(Change(CHECKPOINT.code, line, col, "checkpoint written on rank 0 only"))
     for statement in facts.reads_after_write:
+        if not facts.after_setup(statement):
+            continue
         # The file is rank 0's now: nobody reads it back before rank 0 has finished writing it.
         plan.insert_before(statement, _build.statements(facts, f"{facts.names.dist}.barrier()\n"))
         line, col = facts.line_col(statement)
@@ -182,12 +188,14 @@ def plan_logging(facts: ScriptFacts, plan: Plan) -> None:
     if not needs_setup(facts):
         return
     for statement in facts.log_statements:
-        if statement in plan.guards:
+        if statement in plan.guards or not facts.after_setup(statement):
             continue
         plan.guard(statement, condition(facts))
         line, col = facts.line_col(statement)
         plan.changes.append(Change(LOGGING.code, line, col, "progress printed on rank 0 only"))
     for call in facts.progress_bars:
+        if not facts.after_setup(call):
+            continue
         disable = f"{facts.names.dist}.get_rank() != 0"
         plan.replace(call, lambda c, disable=disable: _with_keyword(c, "disable", disable))
         line, col = facts.line_col(call)

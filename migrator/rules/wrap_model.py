@@ -7,7 +7,7 @@ from migrator.analysis import DataParallelSite, ModelFact, ScriptFacts, code_of
 from migrator.edits import Plan
 from migrator.rule import Example, Rule
 from migrator.rules import _build
-from migrator.rules.advisories import DATAPARALLEL_SHAPE, MODEL_NOT_TRACED
+from migrator.rules.advisories import DATAPARALLEL_LEFT, DATAPARALLEL_SHAPE, MODEL_NOT_TRACED
 from migrator.rules.device import to_device
 from migrator.rules.process_group import needs_setup
 from migrator.types import Change, Diagnostic
@@ -85,10 +85,14 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
         if model.definition is None and not model.already_ddp:
             line, col = facts.line_col(model.optimizer_call)
             plan.diagnostics.append(Diagnostic(MODEL_NOT_TRACED.code, line, col, f"{model.expr}: {MODEL_NOT_TRACED.summary}"))
-    for site in facts.unrewritable_dataparallel:
+    for site in facts.blocking_dataparallel:
         if facts.trains:
             line, col = facts.line_col(site.call)
             plan.diagnostics.append(Diagnostic(DATAPARALLEL_SHAPE.code, line, col, DATAPARALLEL_SHAPE.summary))
+    for site in facts.other_dataparallel:
+        if needs_setup(facts):
+            line, col = facts.line_col(site.call)
+            plan.diagnostics.append(Diagnostic(DATAPARALLEL_LEFT.code, line, col, DATAPARALLEL_LEFT.summary))
     if not needs_setup(facts):
         return
     wrapped = False

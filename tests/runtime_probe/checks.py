@@ -5,13 +5,25 @@ when every migrated fixture must have them).
 """
 from __future__ import annotations
 
-from typing import Iterable
+import json
+import math
+from collections import Counter
+from typing import Dict, Iterable, List, Optional
 
 from .harness import RunReport
 
 
+def _prefix(report: RunReport) -> str:
+    return f"[{report.label}] " if report.label else ""
+
+
 def _fail(report: RunReport, message: str) -> None:
-    raise AssertionError(f"{message}\n{report.explain()}")
+    raise AssertionError(f"{_prefix(report)}{message}\n{report.explain()}")
+
+
+def _short(values, limit: int = 12) -> str:
+    values = list(values)
+    return f"{values[:limit]}{' ...' if len(values) > limit else ''} ({len(values)})"
 
 
 def assert_clean_exit(report: RunReport) -> None:
@@ -102,9 +114,294 @@ def assert_process_group_destroyed(report: RunReport) -> None:
                           f"(destroy_process_group called {calls} times)")
 
 
+# -- data sharding -------------------------------------------------------------------
+def _describe_loader(loader: dict, sampler: Optional[dict] = None) -> str:
+    if sampler is not None:
+        how = (f"DistributedSampler(shuffle={sampler.get('shuffle')}, drop_last={sampler.get('drop_last')})"
+               if sampler.get("class") == "DistributedSampler" else f"{sampler.get('class')} (a DistributedSampler)")
+    else:
+        how = loader.get("sampler_class")
+    return (f"DataLoader #{loader.get('index')} over {loader.get('dataset_class')}"
+            f"(len={loader.get('dataset_len')}) with {how}, batch_size={loader.get('batch_size')}")
+
+
+def _sharded_loaders(report: RunReport, rank: int) -> List[dict]:
+    return [loader for loader in report.loaders(rank) if loader.get("sampler_index") is not None]
+
+
+def _unsharded_loaders(report: RunReport, rank: int) -> List[dict]:
+    return [loader for loader in report.loaders(rank) if loader.get("sampler_index") is None]
+
+
+def _indexed(iteration: dict) -> bool:
+    """A pass over a map-style dataset (an IterableDataset's sampler yields no indices)."""
+    indices = iteration.get("indices") or []
+    return bool(indices) and all(isinstance(i, int) for i in indices)
+
+
+def _order(iteration: dict) -> List[int]:
+    """What the sampler gave this rank for one pass: its whole shard when recorded, else the
+    indices the loop consumed."""
+    return list(iteration["shard"]) if "shard" in iteration else list(iteration.get("indices") or [])
+
+
+def _check_unsharded_loader(report: RunReport, rank: int, loader: dict, notes: List[str]) -> None:
+    """A loader without a DistributedSampler (evaluation) gives every rank the whole dataset."""
+    desc = _describe_loader(loader)
+    n = loader.get("dataset_len")
+    passes = [(k, it) for k, it in enumerate(loader.get("iterations", [])) if _indexed(it)]
+    if n is None or not passes:
+        notes.append(f"rank {rank} {desc}: no indices (IterableDataset?), coverage not observable")
+        return
+    exhaustive = (loader.get("sampler_class") in ("SequentialSampler", "RandomSampler")
+                  and not loader.get("sampler_replacement") and loader.get("sampler_len") in (None, n))
+    batch = loader.get("batch_size")
+    full = (n // batch) * batch if loader.get("drop_last") and batch else n
+    for k, it in passes:
+        indices = it["indices"]
+        where = f"{desc}, pass {k}, rank {rank}"
+        outside = sorted({i for i in indices if not 0 <= i < n})
+        if outside:
+            _fail(report, f"{where}: indices outside the dataset: {_short(outside)}")
+        if not exhaustive:
+            continue
+        repeated = sorted(i for i, c in Counter(indices).items() if c > 1)
+        if repeated:
+            _fail(report, f"{where}: indices drawn more than once in one pass: {_short(repeated)}")
+        if len(indices) < full:
+            notes.append(f"rank {rank} {desc}: pass {k} stopped after {len(indices)} of {full} samples "
+                         "(the loop breaks early), coverage not checked")
+            continue
+        if not loader.get("drop_last") and set(indices) != set(range(n)):
+            _fail(report, f"{where}: this loader has no DistributedSampler, so every rank must see the "
+                          f"whole dataset, but it missed {_short(sorted(set(range(n)) - set(indices)))}")
+    if not exhaustive:
+        notes.append(f"rank {rank} {desc}: sampler {loader.get('sampler_class')} need not cover the "
+                     "dataset, only the index range was checked")
+
+
+def assert_disjoint_shards(report: RunReport, nproc: int = 2) -> str:
+    """Training data is split across ranks by a DistributedSampler, pass by pass.
+
+    For each loader with a DistributedSampler (paired across ranks in order), in every pass
+    (epoch) the ranks' shards interleave back into one permutation of the dataset, padded (when
+    the sampler's drop_last is False) by repeating its first total_size - N indices: so the
+    shards are disjoint but for that padding and together cover the dataset. Loaders without
+    a DistributedSampler (evaluation) must give every rank the whole dataset. Returns a note.
+    """
+    ranks = report.ranks
+    notes: List[str] = []
+    for rank in ranks:
+        for loader in _unsharded_loaders(report, rank):
+            _check_unsharded_loader(report, rank, loader, notes)
+
+    sharded = {rank: _sharded_loaders(report, rank) for rank in ranks}
+    if not any(sharded.values()):
+        seen = {rank: [l for l in _unsharded_loaders(report, rank)
+                       if any(_indexed(it) for it in l.get("iterations", []))] for rank in ranks}
+        if any(seen.values()):
+            rank = next(r for r in ranks if seen[r])
+            loader = seen[rank][0]
+            others = {r: [_order(it) for it in seen[r][0]["iterations"]][:1] for r in ranks if seen[r]}
+            shared = set.intersection(*(set(v[0]) for v in others.values() if v)) if others else set()
+            _fail(report, f"no DataLoader has a DistributedSampler, so the training data is not sharded: "
+                          f"{_describe_loader(loader)} gives ranks {sorted(others)} the same samples "
+                          f"({len(shared)} of {loader.get('dataset_len')} shared in pass 0); give the "
+                          "training loader sampler=DistributedSampler(dataset)")
+        return "not observable: the script iterates no map-style DataLoader"
+
+    counts = {rank: len(loaders) for rank, loaders in sharded.items()}
+    if len(set(counts.values())) != 1:
+        _fail(report, f"ranks iterated different numbers of DistributedSampler loaders: {counts}")
+    summary = []
+    for j in range(counts[ranks[0]]):
+        loaders = {rank: sharded[rank][j] for rank in ranks}
+        samplers = {rank: report.sampler(rank, loaders[rank]) or {} for rank in ranks}
+        desc = _describe_loader(loaders[ranks[0]], samplers[ranks[0]])
+        for rank, sampler in samplers.items():
+            if (sampler.get("num_replicas"), sampler.get("rank")) != (nproc, rank):
+                _fail(report, f"{desc} on rank {rank}: the sampler has num_replicas={sampler.get('num_replicas')}, "
+                              f"rank={sampler.get('rank')}; expected num_replicas={nproc}, rank={rank}")
+        passes = {rank: len(loader.get("iterations", [])) for rank, loader in loaders.items()}
+        if len(set(passes.values())) != 1:
+            _fail(report, f"{desc}: ranks made different numbers of passes over it: {passes}")
+        n = samplers[ranks[0]].get("dataset_len") or loaders[ranks[0]].get("dataset_len")
+        if n is None:
+            notes.append(f"{desc}: dataset has no len(), shards not checked")
+            continue
+        drop_last = bool(samplers[ranks[0]].get("drop_last"))
+        per_rank = n // nproc if drop_last else math.ceil(n / nproc)
+        total = per_rank * nproc
+        for k in range(passes[ranks[0]]):
+            its = {rank: loaders[rank]["iterations"][k] for rank in ranks}
+            where = f"{desc}, pass {k} (sampler epoch {its[ranks[0]].get('epoch')})"
+            shards = {rank: _order(it) for rank, it in its.items()}
+            exact = all("shard" in it for it in its.values())
+            for rank, shard in shards.items():
+                outside = sorted({i for i in shard if not (isinstance(i, int) and 0 <= i < n)})
+                if outside:
+                    _fail(report, f"{where}: rank {rank} got indices outside the dataset: {_short(outside)}")
+            overlap = sorted(set.intersection(*(set(s) for s in shards.values())))
+            union = set().union(*(set(s) for s in shards.values()))
+            missing = sorted(set(range(n)) - union)
+            padding = 0 if drop_last else total - n
+            pairs = ", ".join(f"rank {r}: {len(s)}" for r, s in shards.items())
+            if exact:
+                for rank, shard in shards.items():
+                    if len(shard) != per_rank:
+                        _fail(report, f"{where}: rank {rank} was given {len(shard)} indices, expected "
+                                      f"{per_rank} = {'floor' if drop_last else 'ceil'}({n}/{nproc})")
+                full = [shards[r][i] for i in range(per_rank) for r in ranks]
+                head, tail = (full, []) if drop_last else (full[:n], full[n:])
+                well_formed = (len(set(head)) == len(head) and (drop_last or sorted(head) == list(range(n)))
+                               and tail == full[:len(tail)])
+                if not well_formed:
+                    _fail(report, f"{where}: the ranks' shards are not a split of one permutation of the "
+                                  f"{n} samples (sizes {pairs}): shared by all ranks {_short(overlap)} "
+                                  f"(padding allows {padding}, repeating the first indices), never given to "
+                                  f"any rank {_short(missing)}")
+            else:
+                if len(overlap) > padding:
+                    _fail(report, f"{where}: ranks share {_short(overlap)} (DistributedSampler padding allows "
+                                  f"{padding}); consumed {pairs}")
+                if all(len(s) == per_rank for s in shards.values()):
+                    if not drop_last and missing:
+                        _fail(report, f"{where}: no rank saw {_short(missing)} of {n} samples")
+                else:
+                    notes.append(f"{where}: partial pass ({pairs} of {per_rank}), coverage not checked")
+        summary.append(f"{desc}: {passes[ranks[0]]} pass(es) split {per_rank}/rank over {n}")
+    return "; ".join(summary + notes)
+
+
+def assert_reshuffled_each_epoch(report: RunReport) -> str:
+    """A shuffling DistributedSampler gets a new epoch (set_epoch) every epoch, so each rank's
+    order differs between epochs. Checked when a rank made >= 2 passes over such a loader."""
+    notes: List[str] = []
+    for rank in report.ranks:
+        for loader in _sharded_loaders(report, rank):
+            sampler = report.sampler(rank, loader) or {}
+            desc = _describe_loader(loader, sampler)
+            iterations = loader.get("iterations", [])
+            if not sampler.get("shuffle"):
+                notes.append(f"{desc}: shuffle=False, nothing to reshuffle")
+                continue
+            if len(iterations) < 2:
+                notes.append(f"{desc}: {len(iterations)} pass(es), reshuffling not observable")
+                continue
+            set_epoch = sampler.get("set_epoch", [])
+            called = f"called with {_short(set_epoch)}" if set_epoch else "never called"
+            first_of_epoch: Dict[object, dict] = {}
+            for it in iterations:
+                first_of_epoch.setdefault(it.get("epoch"), it)
+            if len(first_of_epoch) < 2:
+                same = _order(iterations[0]) == _order(iterations[1])
+                _fail(report, f"{desc} on rank {rank}: all {len(iterations)} passes ran with sampler epoch "
+                              f"{iterations[0].get('epoch')}, so {'every pass drew the same order' if same else 'the shuffle never changes'}"
+                              f" (pass 0 starts {_order(iterations[0])[:8]}, pass 1 starts "
+                              f"{_order(iterations[1])[:8]}); set_epoch was {called}: call "
+                              "sampler.set_epoch(epoch) at the start of every epoch")
+            (e0, it0), (e1, it1) = list(first_of_epoch.items())[:2]
+            if _order(it0) == _order(it1) and len(_order(it0)) >= 4:
+                _fail(report, f"{desc} on rank {rank}: epochs {e0} and {e1} drew the same order "
+                              f"{_order(it0)[:8]} ...; set_epoch was {called}")
+            if len(set(map(str, set_epoch))) < 2:
+                _fail(report, f"{desc} on rank {rank}: the sampler's epoch changed ({e0} -> {e1}) but "
+                              f"set_epoch was {called}, expected distinct values")
+    return "; ".join(notes) or "reshuffled every epoch"
+
+
+# -- checkpoints -----------------------------------------------------------------------
+def assert_single_writer(report: RunReport) -> str:
+    """Every file written with torch.save is written by one process: rank 0."""
+    by_path = report.saves_by_path()
+    for path, saves in by_path.items():
+        writers = Counter(s["probe_rank"] for s in saves)
+        if set(writers) != {0}:
+            calls = ", ".join(f"rank {r}: {c} call(s)" for r, c in sorted(writers.items()))
+            _fail(report, f"{path!r} is written by rank(s) {sorted(writers)} ({calls}); every checkpoint must "
+                          "be written by rank 0 only (guard the torch.save with `if rank == 0:`)")
+    return f"{len(by_path)} file(s), all written by rank 0 only" if by_path else "no torch.save to a file"
+
+
+def _structure(summary: dict) -> dict:
+    """The key structure of a saved object (from the probe's summary): state_dict keys, mapping
+    keys and the same for nested mappings/modules; tensors and other values by type only."""
+    kind = summary.get("type")
+    if kind == "module":
+        return {"type": "module", "class": summary.get("class"),
+                "state_dict_keys": sorted(summary.get("state_dict_keys") or [])}
+    if kind == "mapping":
+        label = ("state_dict" if summary.get("state_dict")
+                 else "optimizer_state_dict" if summary.get("optimizer_state_dict") else "mapping")
+        out: dict = {"type": label, "keys": sorted(summary.get("keys") or [])}
+        items = {k: _structure(v) for k, v in (summary.get("items") or {}).items()}
+        if items:
+            out["items"] = items
+        return out
+    return {"type": kind}
+
+
+def _structure_diff(a: dict, b: dict, where: str) -> List[str]:
+    """Differences between the migrated (a) and original (b) structures, most specific first."""
+    if a.get("type") != b.get("type") or a.get("class") != b.get("class"):
+        return [f"{where}: the migrated script saved a {a.get('type')} {a.get('class') or ''}".rstrip()
+                + f", the original a {b.get('type')} {b.get('class') or ''}".rstrip()]
+    lines = []
+    for field_name in ("state_dict_keys", "keys"):
+        ka, kb = set(a.get(field_name) or []), set(b.get(field_name) or [])
+        if ka != kb:
+            lines.append(f"{where}: keys only in the migrated save {_short(sorted(ka - kb), 6)}, "
+                         f"only in the original's {_short(sorted(kb - ka), 6)}")
+    items_a, items_b = a.get("items") or {}, b.get("items") or {}
+    for key in sorted(set(items_a) & set(items_b)):
+        lines.extend(_structure_diff(items_a[key], items_b[key], f"{where}[{key!r}]"))
+    return lines
+
+
+def assert_same_saved_keys(migrated: RunReport, original: RunReport) -> str:
+    """The migrated script (under torchrun) writes the same files as the original (one plain
+    process), and each holds the same keys: state_dict keys, checkpoint-dict keys and nested
+    state_dict keys, so code that loads the original's checkpoints loads the new ones."""
+    def signatures(report: RunReport) -> Dict[str, Dict[str, dict]]:
+        out: Dict[str, Dict[str, dict]] = {}
+        for path, saves in report.saves_by_path().items():
+            for save in saves:
+                structure = _structure(save.get("summary") or {})
+                out.setdefault(path, {})[json.dumps(structure, sort_keys=True)] = structure
+        return out
+
+    def fail(message: str) -> None:
+        raise AssertionError(f"{_prefix(migrated)}{message}\n--- migrated run ---\n{migrated.explain(15)}"
+                             f"\n--- original run ---\n{original.explain(15)}")
+
+    new, old = signatures(migrated), signatures(original)
+    only_new, only_old = sorted(set(new) - set(old)), sorted(set(old) - set(new))
+    if only_new or only_old:
+        what = []
+        if only_old:
+            what.append(f"the original wrote {only_old} but the migrated script never did")
+        if only_new:
+            what.append(f"the migrated script wrote {only_new}, which the original never did")
+        fail("; ".join(what) + " (torch.save files, relative to the run folder; a save that depends on a "
+             "validation score can also differ when the 2-rank run trains differently)")
+    for path in sorted(new):
+        if set(new[path]) == set(old[path]):
+            continue
+        lines = []
+        for sig_new in sorted(set(new[path]) - set(old[path])):
+            for sig_old in sorted(set(old[path]) - set(new[path])) or sorted(old[path]):
+                lines.extend(_structure_diff(new[path][sig_new], old[path][sig_old], repr(path)))
+        fail(f"{path!r} holds different keys than the original's:\n  " + "\n  ".join(
+            lines or [f"migrated {list(new[path].values())} vs original {list(old[path].values())}"]))
+    return f"{len(new)} file(s) with the original's keys" if new else "neither run saved a file"
+
+
 def assert_trains_correctly_under_ddp(report: RunReport, nproc: int = 2,
-                                      skip: Iterable[str] = ()) -> None:
-    """Every property a migrated script must have under torchrun, in order of diagnosis."""
+                                      skip: Iterable[str] = ()) -> Dict[str, str]:
+    """Every property a migrated script must have under torchrun, in order of diagnosis.
+
+    Returns {check name: note} for the checks that ran (a note says what was observed, or
+    why a property could not be observed in this run)."""
     checks = [
         ("clean_exit", lambda: assert_clean_exit(report)),
         ("all_ranks_recorded", lambda: assert_all_ranks_recorded(report, nproc)),
@@ -113,8 +410,16 @@ def assert_trains_correctly_under_ddp(report: RunReport, nproc: int = 2,
         ("ddp_wrapped", lambda: assert_ddp_wrapped(report)),
         ("identical_params", lambda: assert_identical_params(report)),
         ("process_group_destroyed", lambda: assert_process_group_destroyed(report)),
+        ("disjoint_shards", lambda: assert_disjoint_shards(report, nproc)),
+        ("reshuffled_each_epoch", lambda: assert_reshuffled_each_epoch(report)),
+        ("single_writer", lambda: assert_single_writer(report)),
     ]
     skip = set(skip)
+    unknown = skip - {name for name, _ in checks}
+    if unknown:
+        raise ValueError(f"unknown check(s) to skip: {sorted(unknown)}")
+    notes: Dict[str, str] = {}
     for name, check in checks:
         if name not in skip:
-            check()
+            notes[name] = check() or "ok"
+    return notes

@@ -46,6 +46,7 @@ class RunReport:
     timeout: float
     records: Dict[int, dict] = field(default_factory=dict)  # rank -> parsed rank<N>.json
     unreadable_records: Dict[str, str] = field(default_factory=dict)  # file name -> error
+    label: str = ""  # what ran (e.g. "fixture mnist_main_argparse, expected.py"), for messages
 
     # -- status ------------------------------------------------------------------
     @property
@@ -77,17 +78,37 @@ class RunReport:
 
     def saved_paths(self, rank: Optional[int] = None) -> List[str]:
         """Paths written by torch.save, relative to the workdir where possible."""
-        out = []
+        return [self.relative_path(s) for s in self.saves(rank)]
+
+    def relative_path(self, save: dict) -> str:
+        """A save's path relative to the workdir (absolute outside it; repr of the file object
+        when torch.save got a nameless buffer)."""
+        path = save.get("path")
+        if path is None:
+            return save.get("file", "?")
+        try:
+            return str(Path(path).resolve().relative_to(self.workdir.resolve()))
+        except ValueError:
+            return path
+
+    def saves_by_path(self, rank: Optional[int] = None) -> Dict[str, List[dict]]:
+        """torch.save calls grouped by relative path (files only: nameless buffers are left out),
+        each entry tagged with "probe_rank", in call order."""
+        out: Dict[str, List[dict]] = {}
         for s in self.saves(rank):
-            path = s.get("path")
-            if path is None:
-                out.append(s.get("file", "?"))
-                continue
-            try:
-                out.append(str(Path(path).resolve().relative_to(self.workdir.resolve())))
-            except ValueError:
-                out.append(path)
+            if s.get("path") is not None:
+                out.setdefault(self.relative_path(s), []).append(s)
         return out
+
+    def loaders(self, rank: int) -> List[dict]:
+        """The DataLoaders `rank` iterated, in order of their first pass."""
+        return list(self.records[rank].get("loaders", []))
+
+    def sampler(self, rank: int, loader: dict) -> Optional[dict]:
+        """The DistributedSampler record of a loader record (None: not a DistributedSampler)."""
+        index = loader.get("sampler_index")
+        samplers = self.records[rank].get("samplers", [])
+        return samplers[index] if index is not None and index < len(samplers) else None
 
     def loader_iterations(self, rank: int, loader: int = 0) -> List[dict]:
         """The sampler's yield for each pass over DataLoader number `loader` on `rank`."""
@@ -105,7 +126,7 @@ class RunReport:
     def explain(self, lines: int = 40) -> str:
         """A block for assertion messages: the command, its status and the tail of its output."""
         status = f"killed after {self.timeout:.0f}s timeout" if self.timed_out else f"exit code {self.returncode}"
-        parts = [
+        parts = ([f"run:     {self.label}"] if self.label else []) + [
             f"command: {' '.join(self.command)}",
             f"workdir: {self.workdir}",
             f"status:  {status} after {self.duration_s:.1f}s",
@@ -171,11 +192,11 @@ def probe_env(probe_dir: Path, single: bool = False, cpu_only: bool = True,
     return env
 
 
-def _place_script(script: Path, workdir: Path) -> Path:
+def _place_script(script: Path, workdir: Path, name: Optional[str] = None) -> Path:
     script = Path(script).resolve()
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    target = workdir / script.name
+    target = workdir / (name or script.name)
     if target.resolve() != script:
         shutil.copyfile(script, target)
     return target
@@ -220,7 +241,7 @@ def _read_records(probe_dir: Path) -> tuple:
 
 
 def _probed_run(command: List[str], workdir: Path, timeout: float, single: bool,
-                env: Optional[Dict[str, str]]) -> RunReport:
+                env: Optional[Dict[str, str]], label: str = "") -> RunReport:
     with tempfile.TemporaryDirectory(prefix="ddp_probe_") as tmp:
         probe_dir = Path(tmp)
         returncode, stdout, stderr, duration = _run(
@@ -228,25 +249,28 @@ def _probed_run(command: List[str], workdir: Path, timeout: float, single: bool,
         records, bad = _read_records(probe_dir)
     return RunReport(command=command, workdir=Path(workdir), returncode=returncode, stdout=stdout,
                      stderr=stderr, duration_s=duration, timeout=timeout, records=records,
-                     unreadable_records=bad)
+                     unreadable_records=bad, label=label)
 
 
 def run_torchrun(script: Path, workdir: Path, args: Sequence[str] = (), nproc: int = 2,
-                 timeout: float = 120, env: Optional[Dict[str, str]] = None) -> RunReport:
+                 timeout: float = 120, env: Optional[Dict[str, str]] = None,
+                 script_name: Optional[str] = None, label: str = "") -> RunReport:
     """`torchrun --standalone --nproc_per_node=<nproc> <script> <args>` in `workdir`, probe armed.
 
     Uses `sys.executable -m torch.distributed.run` (what the torchrun entry point runs), so the
-    interpreter under test is this one whatever PATH says.
+    interpreter under test is this one whatever PATH says. `script_name`: the name the copy in
+    `workdir` gets (default: the script's own), for scripts that derive paths from __file__.
     """
-    target = _place_script(script, workdir)
+    target = _place_script(script, workdir, script_name)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc_per_node={nproc}", target.name, *map(str, args)]
-    return _probed_run(command, Path(workdir), timeout, single=False, env=env)
+    return _probed_run(command, Path(workdir), timeout, single=False, env=env, label=label)
 
 
 def run_single(script: Path, workdir: Path, args: Sequence[str] = (), timeout: float = 120,
-               env: Optional[Dict[str, str]] = None) -> RunReport:
+               env: Optional[Dict[str, str]] = None, script_name: Optional[str] = None,
+               label: str = "") -> RunReport:
     """`python <script> <args>` in `workdir`, one process, probe armed (its record is rank 0)."""
-    target = _place_script(script, workdir)
+    target = _place_script(script, workdir, script_name)
     command = [sys.executable, target.name, *map(str, args)]
-    return _probed_run(command, Path(workdir), timeout, single=True, env=env)
+    return _probed_run(command, Path(workdir), timeout, single=True, env=env, label=label)

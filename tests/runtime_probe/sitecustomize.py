@@ -52,11 +52,17 @@ RECORD_FORMAT = """
              "nested_state_dict_keys": {"model": [...]}, "nested_optimizer_state_dicts": ["optimizer"]}],
   "loaders": [{"index": 0, "dataset_class": str, "dataset_len": int | null, "batch_size": int | null,
                "drop_last": bool, "num_workers": int, "sampler_class": str,
-               "sampler_index": int | null,   # into "samplers" when it is a DistributedSampler
-               "iterations": [{"epoch": int | null, "indices": [int, ...], "batches": int}]}],
+               "sampler_len": int | null, "sampler_replacement": bool | null,
+               "sampler_index": int | null,   # into "samplers" when it (or the batch_sampler's
+                                              # sampler) is a DistributedSampler
+               "iterations": [{"epoch": int | null,
+                               "indices": [int, ...],   # what the loop consumed (a prefix on `break`)
+                               "batches": int,
+                               "shard": [int, ...]}]}], # DistributedSampler loaders only: the
+                                                        # sampler's whole yield for this pass
   "samplers": [{"index": 0, "class": "DistributedSampler", "num_replicas": 2, "rank": 0,
                 "shuffle": bool, "drop_last": bool, "seed": int, "dataset_len": int | null,
-                "set_epoch": [0, 1, ...]}],
+                "set_epoch": [0, 1, ...], "iterated": int}],
   "set_epoch_calls": [{"sampler_index": 0, "epoch": 0}],
   "exception": null | {"type": str, "message": str},   # uncaught exception in the main thread
   "probe_errors": [str],
@@ -113,6 +119,7 @@ class _Probe:
         self.optimizer_params = []  # (record, [tensor])
         self.loader_records = weakref.WeakKeyDictionary()
         self.sampler_records = weakref.WeakKeyDictionary()
+        self.pending_shards = weakref.WeakKeyDictionary()  # DistributedSampler -> loader iteration
         self.patched = False
         self.written = False
 
@@ -385,7 +392,12 @@ class _Probe:
                 dataset_len = len(dataset)
             except Exception:
                 dataset_len = None
-            sampler = loader.sampler
+            sampler = _effective_sampler(loader)
+            try:
+                sampler_len = len(sampler)
+            except Exception:
+                sampler_len = None
+            replacement = getattr(sampler, "replacement", None)
             rec = {
                 "index": len(self.record["loaders"]),
                 "dataset_class": type(dataset).__name__,
@@ -394,6 +406,8 @@ class _Probe:
                 "drop_last": bool(loader.drop_last),
                 "num_workers": int(loader.num_workers),
                 "sampler_class": type(sampler).__name__,
+                "sampler_len": sampler_len,
+                "sampler_replacement": replacement if isinstance(replacement, bool) else None,
                 "sampler_index": self._sampler_index(sampler),
                 "iterations": [],
             }
@@ -403,13 +417,17 @@ class _Probe:
 
     def _start_iteration(self, loader, it) -> None:
         rec = self._loader_record(loader)
-        sampler = loader.sampler
+        sampler = _effective_sampler(loader)
         if rec["sampler_index"] is None:
             rec["sampler_index"] = self._sampler_index(sampler)
         epoch = getattr(sampler, "epoch", None)
         iteration = {"epoch": epoch if isinstance(epoch, int) else None, "indices": [], "batches": 0}
         rec["iterations"].append(iteration)
         it.__dict__["_ddp_probe_iteration"] = iteration
+        if rec["sampler_index"] is not None:
+            # The batch sampler iterates the DistributedSampler lazily (first batch): its
+            # whole yield for this pass lands in this iteration (see _record_shard).
+            self.pending_shards[sampler] = iteration
 
     def _patch_sampler(self, torch) -> None:
         from torch.utils.data.distributed import DistributedSampler
@@ -417,6 +435,7 @@ class _Probe:
         probe = self
         orig_init = DistributedSampler.__init__
         orig_set_epoch = DistributedSampler.set_epoch
+        orig_iter = DistributedSampler.__iter__
 
         def __init__(self, *args, **kwargs):
             orig_init(self, *args, **kwargs)
@@ -427,10 +446,19 @@ class _Probe:
             probe.guard("record set_epoch", probe._record_set_epoch, self, epoch)
             return result
 
+        def __iter__(self):
+            # DistributedSampler.__iter__ builds its whole index list eagerly and returns
+            # iter(list): materialising it here changes nothing the script can see.
+            indices = list(orig_iter(self))
+            probe.guard("record shard", probe._record_shard, self, indices)
+            return iter(indices)
+
         __init__.__wrapped__ = orig_init
         set_epoch.__wrapped__ = orig_set_epoch
+        __iter__.__wrapped__ = orig_iter
         DistributedSampler.__init__ = __init__
         DistributedSampler.set_epoch = set_epoch
+        DistributedSampler.__iter__ = __iter__
         self._distributed_sampler = DistributedSampler
 
     def _sampler_index(self, sampler):
@@ -456,10 +484,18 @@ class _Probe:
                 "seed": getattr(sampler, "seed", None),
                 "dataset_len": dataset_len,
                 "set_epoch": [],
+                "iterated": 0,
             }
             self.record["samplers"].append(rec)
             self.sampler_records[sampler] = rec
         return rec
+
+    def _record_shard(self, sampler, indices) -> None:
+        rec = self._sampler_record(sampler)
+        rec["iterated"] += 1
+        iteration = self.pending_shards.pop(sampler, None)
+        if iteration is not None and "shard" not in iteration:
+            iteration["shard"] = [_jsonable(i) for i in indices]
 
     def _record_set_epoch(self, sampler, epoch) -> None:
         rec = self._sampler_record(sampler)
@@ -482,6 +518,14 @@ def _jsonable(value):
         except Exception:
             pass
     return str(value)
+
+
+def _effective_sampler(loader):
+    """The loader's index sampler: loader.sampler, or the sampler inside a custom batch_sampler
+    (DataLoader(ds, batch_sampler=BatchSampler(DistributedSampler(ds), ...)))."""
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    inner = getattr(batch_sampler, "sampler", None)
+    return inner if inner is not None else loader.sampler
 
 
 def _extend_indices(iteration, index) -> None:
