@@ -194,6 +194,8 @@ class ScriptFacts:
     reads_after_write: Tuple[Statement, ...]  # loads of a checkpoint written earlier: barrier first
     progress_bars: Tuple[cst.Call, ...]  # tqdm(...) without disable=
     local_rank_arguments: Tuple[cst.Call, ...]  # parser.add_argument("--local_rank", ...)
+    launch_literals: Tuple[cst.BaseExpression, ...]  # strings / argv lists running torch.distributed.launch|run
+    legacy_launch_imports: Tuple[cst.CSTNode, ...]  # import torch.distributed.launch
     model_uses: Tuple[ModelUse, ...]  # attributes of wrapped models (state_dict, custom methods)
     whole_model_saves: Tuple[Tuple[cst.Arg, ModelFact], ...]  # torch.save(model, f) after the wrap
     bare_unwraps: Tuple[Tuple[cst.Name, ModelFact], ...]  # `model._orig_mod if c else model`: the bare `model`
@@ -271,6 +273,8 @@ class _Collector(NameIndex):
         self.attributes: List[cst.Attribute] = []
         self.classes: List[cst.ClassDef] = []
         self.log_statements: List[cst.SimpleStatementLine] = []
+        self.launch_strings: List[cst.BaseExpression] = []
+        self.legacy_launch_imports: List[cst.CSTNode] = []
 
     def qnames(self, node: cst.CSTNode) -> Set[str]:
         qualified = self.resolve(node)
@@ -309,6 +313,24 @@ class _Collector(NameIndex):
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         if N.is_cuda_string(node):
             self.device_strings.append(node)
+        elif N.LAUNCH_MODULES_TEXT in node.value:
+            self.launch_strings.append(node)
+
+    def visit_FormattedString(self, node: cst.FormattedString) -> None:
+        if any(N.LAUNCH_MODULES_TEXT in getattr(part, "value", "") for part in node.parts):
+            self.launch_strings.append(node)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        super().visit_Import(node)
+        if any(code_of(alias.name).startswith("torch.distributed.launch") for alias in node.names):
+            self.legacy_launch_imports.append(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        super().visit_ImportFrom(node)
+        module = code_of(node.module) if node.module is not None else ""
+        names = [] if isinstance(node.names, cst.ImportStar) else [code_of(a.name) for a in node.names]
+        if module.startswith("torch.distributed.launch") or (module == "torch.distributed" and "launch" in names):
+            self.legacy_launch_imports.append(node)
 
     def visit_If(self, node: cst.If) -> None:
         if m.matches(node.test, N.MAIN_GUARD):
@@ -473,6 +495,8 @@ class _Analysis:
             saves=saves,
             reads_after_write=flow.reads_after_write(saves),
             local_rank_arguments=tuple(call for call in self.c.calls if _is_local_rank_argument(call)),
+            launch_literals=self.launch_literals(),
+            legacy_launch_imports=tuple(self.c.legacy_launch_imports),
             progress_bars=tuple(
                 call for call in self.calls(N.PROGRESS_BARS)
                 if not any(arg.keyword is not None and arg.keyword.value == "disable" for arg in call.args)
@@ -891,6 +915,21 @@ class _Analysis:
             sampler_import_needed=sampler is None,
         )
 
+    def launch_literals(self) -> Tuple[cst.BaseExpression, ...]:
+        """Argv lists holding the launcher module, and strings (not inside such lists) holding a launch."""
+        lists = []
+        for node in self.c.launch_strings:
+            parent = self.parent(self.parent(node))
+            if isinstance(self.parent(node), cst.Element) and isinstance(parent, (cst.List, cst.Tuple)):
+                if parent not in lists:
+                    lists.append(parent)
+        strings = [
+            node for node in self.c.launch_strings
+            if not (isinstance(self.parent(node), cst.Element) and self.parent(self.parent(node)) in lists)
+            and " " in _raw_text(node)
+        ]
+        return tuple(lists + strings)
+
     def dataparallel_imports(self) -> Tuple[Tuple[str, str, Optional[str]], ...]:
         """`from torch.nn import DataParallel [as DP]`: (module, name, asname), to drop once unused."""
         found = []
@@ -936,6 +975,10 @@ def code_of_target(statement: cst.SimpleStatementLine) -> str:
 
 def _returns(statement: cst.CSTNode) -> bool:
     return isinstance(statement, cst.SimpleStatementLine) and any(isinstance(s, cst.Return) for s in statement.body)
+
+
+def _raw_text(node: cst.CSTNode) -> str:
+    return node.raw_value if isinstance(node, cst.SimpleString) else code_of(node)
 
 
 def _is_local_rank_argument(call: cst.Call) -> bool:

@@ -26,6 +26,7 @@ DDP = frozenset(
 INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group"})
 DESTROY_PROCESS_GROUP = frozenset({"torch.distributed.destroy_process_group"})
 TORCH_DEVICE = frozenset({"torch.device"})
+LAUNCH_MODULES_TEXT = "torch.distributed."  # prefilter for launch commands in strings (launch and run)
 TORCH_SAVE = frozenset({"torch.save"})
 # Other writes of training results: one writer, like checkpoints.
 RESULT_WRITES = TORCH_SAVE | frozenset(

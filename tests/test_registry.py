@@ -2,6 +2,7 @@ import re
 
 from migrator import RULES
 from migrator.options import Options
+from migrator.launcher import LAUNCHER_RULES
 from migrator.rules import FIXERS, RULES_BY_CODE
 
 
@@ -14,10 +15,12 @@ def test_codes_are_unique_and_well_formed():
 
 
 def test_fixers_are_fixable_and_advisories_are_not():
-    fixer_codes = {rule.code for rule, _ in FIXERS}
+    for rule, _ in FIXERS:
+        assert rule.fixable and rule.code.startswith("DDP0"), rule.code
     for rule in RULES:
-        assert rule.fixable == (rule.code in fixer_codes), rule.code
-        assert rule.code.startswith("DDP0") == rule.fixable
+        if rule.code.startswith("DDP1"):
+            assert not rule.fixable, rule.code
+    assert {rule.code for rule in LAUNCHER_RULES} <= {rule.code for rule in RULES}
 
 
 def test_explain_text_has_every_section():

@@ -2,18 +2,26 @@
 import pytest
 
 from migrator import RULES, migrate
+from migrator.launcher import EXAMPLE_KIND, LAUNCHER_RULES, migrate_launcher
 
+LAUNCHER_CODES = {rule.code for rule in LAUNCHER_RULES}
 EXAMPLES = [pytest.param(rule, example, id=f"{rule.code}-{example.id}") for rule in RULES for example in rule.examples]
+
+
+def _run(rule, source):
+    if rule.code in LAUNCHER_CODES:
+        return migrate_launcher(source, EXAMPLE_KIND)
+    return migrate(source)
 
 
 @pytest.mark.parametrize("rule, example", EXAMPLES)
 def test_rule_example(rule, example):
-    result = migrate(example.before)
+    result = _run(rule, example.before)
     if example.after is None:
         assert result.code == example.before, "the example must stay unchanged"
     else:
         assert result.code == example.after
-        assert migrate(result.code).code == result.code, "second run must change nothing"
+        assert _run(rule, result.code).code == result.code, "second run must change nothing"
     reported = {d.code for d in result.diagnostics}
     assert set(example.diagnostics) <= reported
     if example.after is not None and example.after != example.before:

@@ -9,10 +9,12 @@ from typing import Callable, Dict, Tuple
 
 from migrator.analysis import ScriptFacts
 from migrator.edits import Plan
+from migrator.launcher import LAUNCHER_RULES
 from migrator.rule import Rule
 from migrator.rules import (
     advisories,
     device,
+    launch_calls,
     local_rank,
     process_group,
     rank_zero,
@@ -38,7 +40,9 @@ FIXERS: Tuple[Tuple[Rule, Planner], ...] = (
     (unwrap_module.CHECKPOINT_KEYS, unwrap_module.plan_checkpoint_keys),
     (unwrap_module.MODULE_API, unwrap_module.plan_module_api),
     (local_rank.RULE, local_rank.plan),
+    (launch_calls.RULE, launch_calls.plan),
 )
 
-RULES: Tuple[Rule, ...] = tuple(rule for rule, _ in FIXERS) + advisories.RULES
+# Launcher files (shell, Make, YAML, Dockerfile, Markdown) share the codes and the registry.
+RULES: Tuple[Rule, ...] = tuple(rule for rule, _ in FIXERS) + advisories.RULES + LAUNCHER_RULES
 RULES_BY_CODE: Dict[str, Rule] = {rule.code: rule for rule in RULES}

@@ -637,6 +637,49 @@ if __name__ == "__main__":
     ),
 )
 
+LEGACY_LAUNCH_IMPORT = Rule(
+    code="DDP112",
+    name="legacy-launch-import",
+    summary="torch.distributed.launch imported from Python: use torch.distributed.run (torchrun) instead",
+    what="`import torch.distributed.launch` or `from torch.distributed import launch`: the deprecated launcher driven from code.",
+    why="torch.distributed.launch is deprecated; it passes `--local-rank`, which scripts written for it may reject.",
+    fix="Call `torch.distributed.run.main([...])` or run `torchrun` instead; drop `--use_env`.",
+    fix_safety="Not fixable automatically.",
+    fixable=False,
+    examples=(
+        Example(
+            id="launch-main",
+            before='''from torch.distributed import launch
+
+if __name__ == "__main__":
+    launch.main()
+''',
+            diagnostics=("DDP112",),
+        ),
+    ),
+)
+
+PYTHON_LAUNCH_UNSAFE = Rule(
+    code="DDP113",
+    name="python-launch-unsafe",
+    summary="launch command in Python that cannot be rewritten safely; change it to torchrun by hand",
+    what="A string or argv list that runs torch.distributed.launch in a shape the launcher rewriter declines (see DDP204).",
+    why="A half-rewritten command would start the wrong number of processes or pass flags torchrun rejects.",
+    fix="Write the command with `torchrun` yourself.",
+    fix_safety="Not fixable automatically.",
+    fixable=False,
+    examples=(
+        Example(
+            id="options-from-a-variable",
+            before='''import os
+
+os.system("python -m torch.distributed.launch $LAUNCH_OPTS train.py")
+''',
+            diagnostics=("DDP113",),
+        ),
+    ),
+)
+
 RULES = (
     NO_ENTRY_POINT,
     CUDA_CALL_LEFT,
@@ -649,4 +692,6 @@ RULES = (
     NO_EPOCH_LOOP,
     SHARED_WORK_IN_SAVE,
     DATAPARALLEL_LEFT,
+    LEGACY_LAUNCH_IMPORT,
+    PYTHON_LAUNCH_UNSAFE,
 )
