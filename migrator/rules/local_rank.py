@@ -8,6 +8,7 @@ import libcst as cst
 from migrator.analysis import ScriptFacts, code_of
 from migrator.edits import Plan
 from migrator.rule import Example, Rule
+from migrator.rules import _build
 from migrator.types import Change
 
 RULE = Rule(
@@ -69,7 +70,7 @@ def _fixed_argument(call: cst.Call) -> cst.Call:
     if default_at is not None:
         args[default_at] = args[default_at].with_changes(value=value)
     else:
-        args.append(_keyword("default", value))
+        args.append(_build.keyword_arg("default", value))
     # 2. required=True goes: torchrun passes no such argument.
     for index, arg in enumerate(args):
         if arg.keyword is not None and arg.keyword.value == "required":
@@ -87,14 +88,6 @@ def _fixed_argument(call: cst.Call) -> cst.Call:
         args.insert(last + 1, cst.Arg(cst.SimpleString(f"{quote}{missing[0]}{quote}"), comma=args[last].comma))
         args[last] = args[last].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
     return call.with_changes(args=args)
-
-
-def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
-    return cst.Arg(
-        value=value,
-        keyword=cst.Name(name),
-        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
-    )
 
 
 def _string(arg: cst.Arg) -> str:

@@ -197,15 +197,6 @@ def plan_logging(facts: ScriptFacts, plan: Plan) -> None:
         if not facts.after_setup(call):
             continue
         disable = f"{facts.names.dist}.get_rank() != 0"
-        plan.replace(call, lambda c, disable=disable: _with_keyword(c, "disable", disable))
+        plan.replace(call, lambda c, disable=disable: _build.with_keyword(c, "disable", disable))
         line, col = facts.line_col(call)
         plan.changes.append(Change(LOGGING.code, line, col, "progress bar shown on rank 0 only"))
-
-
-def _with_keyword(call: cst.Call, keyword: str, value: str) -> cst.Call:
-    arg = cst.Arg(
-        value=cst.parse_expression(value),
-        keyword=cst.Name(keyword),
-        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
-    )
-    return call.with_changes(args=[*call.args, arg])

@@ -172,11 +172,7 @@ def _shuffle_expr(loader: LoaderFact) -> str:
 def _with_sampler(call: cst.Call, name: str) -> cst.Call:
     """shuffle=... becomes sampler=<name> in place; without shuffle, sampler goes before **kwargs or last."""
     args = list(call.args)
-    sampler = cst.Arg(
-        value=cst.Name(name),
-        keyword=cst.Name("sampler"),
-        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
-    )
+    sampler = _build.keyword_arg("sampler", cst.Name(name))
     for index, arg in enumerate(args):
         if arg.keyword is not None and arg.keyword.value == "shuffle":
             args[index] = sampler.with_changes(comma=arg.comma, equal=arg.equal)

@@ -7,6 +7,7 @@ from migrator.analysis import ScriptFacts
 from migrator.edits import Plan
 from migrator.names import NN_MODULE_API, STATE_DICT_METHODS
 from migrator.rule import Example, Rule
+from migrator.rules import _build
 from migrator.rules.process_group import needs_setup
 from migrator.types import Change
 
@@ -194,7 +195,7 @@ def plan_checkpoint_keys(facts: ScriptFacts, plan: Plan) -> None:
             plan.changes.append(Change(CHECKPOINT_KEYS.code, line, col, "the unwrapped model is saved"))
     for call, device in facts.torch_loads:
         location = device or '"cpu"'
-        plan.replace(call, lambda c, location=location: _with_map_location(c, location))
+        plan.replace(call, lambda c, location=location: _build.with_keyword(c, "map_location", location))
         line, col = facts.line_col(call)
         plan.changes.append(Change(CHECKPOINT_KEYS.code, line, col, f"torch.load(..., map_location={location})"))
 
@@ -223,15 +224,3 @@ def _wrapped_before(model) -> bool:
 
 def _through_module(node: cst.Attribute) -> cst.Attribute:
     return node.with_changes(value=cst.Attribute(value=node.value, attr=cst.Name("module")))
-
-
-def _with_map_location(call: cst.Call, location: str) -> cst.Call:
-    args = list(call.args)
-    arg = cst.Arg(
-        value=cst.parse_expression(location),
-        keyword=cst.Name("map_location"),
-        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
-    )
-    if args and isinstance(args[-1].comma, cst.Comma):
-        return call.with_changes(args=[*args, arg])
-    return call.with_changes(args=[*args, arg])
