@@ -1,0 +1,99 @@
+"""Cutting documentation into code regions: Markdown and reST code blocks, command lines and inline code."""
+from __future__ import annotations
+
+import re
+from typing import Sequence, Tuple
+
+from migrator.launcher.formats import _CODE_CUTTERS, _indent, _indented_block_end
+from migrator.launcher.scanner import _lines, _Scanner
+
+# ---- Markdown and reST
+
+_SHELL_LANGUAGES = frozenset(
+    "bash sh shell zsh ksh console shell-session shellsession session terminal sbatch slurm text txt none "
+    "plain plaintext".split()
+)
+_LANGUAGE_KINDS = {
+    "yaml": "yaml", "yml": "yaml", "dockerfile": "docker", "docker": "docker", "make": "make", "makefile": "make"
+}  # fmt: skip
+_FENCE = re.compile(r"( {0,3})(`{3,}|~{3,})[ \t]*([^\s`{]*)")
+_COMMAND_LINE = re.compile(  # `[$ ][VAR=value ...] python|path/python|$PYTHON [-opts] -m torch.distributed.launch`
+    r"[ \t]*(?:[$#>][ \t]+)?(?=(?:[A-Za-z_]\w*=\S*[ \t]+)*(?:\S*/)?(?:python[\d.]*|\$\S+)(?:[ \t]+-\S+)*"
+    r"[ \t]+-m[ \t]+torch\.distributed\.(?:launch|run)\b)"
+)
+_INLINE_CODE = re.compile(r"(`+)(?!`)(.+?)(?<!`)\1(?!`)")
+_INLINE_COMMAND = re.compile(r"-m[ \t]+torch\.distributed\.(?:launch|run)[ \t]+\S")  # more than a mention
+
+
+def _cut_block(scanner: _Scanner, start: int, end: int, language: str, where: str) -> None:
+    language = language.lower().lstrip(".")
+    kind = "shell" if language in _SHELL_LANGUAGES or not language else _LANGUAGE_KINDS.get(language)
+    if kind is None:
+        scanner.regions.append((start, end, f"in this {language} block"))
+    elif kind == "shell":
+        scanner.shell(start, end, where=where)
+    else:
+        _CODE_CUTTERS[kind](scanner, start, end)
+
+
+def _cut_prose_line(scanner: _Scanner, a: int, b: int, nxt_lines: Sequence[Tuple[int, int, int]]) -> int:
+    """A prose line: inline code spans with a launch, or a line that is a command. Returns lines used."""
+    t = scanner.text
+    if "torch.distributed." not in t[a:b]:
+        return 1
+    command = _COMMAND_LINE.match(t, a, b)
+    if command:
+        used = 1
+        c_end = b
+        while c_end > a and t[c_end - 1] == "\\" and used < len(nxt_lines):
+            c_end = nxt_lines[used][1]
+            used += 1
+        scanner.shell(command.end(), c_end, where="in this command line")
+        return used
+    for match in _INLINE_CODE.finditer(t, a, b):
+        if _INLINE_COMMAND.search(match.group(2)):
+            scanner.shell(match.start(2), match.end(2), quiet=True)
+    return 1
+
+
+def _cut_markdown(scanner: _Scanner, start: int, end: int) -> None:
+    t = scanner.text
+    lines = list(_lines(t, start, end))
+    n = 0
+    while n < len(lines):
+        a, b, _ = lines[n]
+        fence = _FENCE.match(t, a, b)
+        if fence:
+            marker = fence.group(2)
+            close = re.compile(rf" {{0,3}}{re.escape(marker[0])}{{{len(marker)},}}[ \t]*$")
+            m = n + 1
+            while m < len(lines) and not close.match(t, lines[m][0], lines[m][1]):
+                m += 1
+            if m > n + 1:
+                body_end = lines[m - 1][1] if m < len(lines) else lines[-1][1]
+                _cut_block(scanner, lines[n + 1][0], body_end, fence.group(3), "in this code block")
+            n = m + 1
+            continue
+        n += _cut_prose_line(scanner, a, b, lines[n:])
+
+
+_RST_DIRECTIVE = re.compile(r"[ \t]*\.\.[ \t]+(?:code-block|code|sourcecode|prompt)::[ \t]*(\S*)")
+
+
+def _cut_rst(scanner: _Scanner, start: int, end: int) -> None:
+    t = scanner.text
+    lines = list(_lines(t, start, end))
+    n = 0
+    while n < len(lines):
+        a, b, _ = lines[n]
+        content = t[a:b]
+        directive = _RST_DIRECTIVE.match(t, a, b)
+        if directive or (content.rstrip().endswith("::") and not content.lstrip().startswith("..")):
+            m = _indented_block_end(t, lines, n + 1, _indent(t, a, b))
+            body = [line for line in lines[n + 1 : m] if t[line[0] : line[1]].strip()]
+            if body:
+                language = directive.group(1) if directive else ""
+                _cut_block(scanner, body[0][0], body[-1][1], language, "in this literal block")
+            n = max(m, n + 1)
+            continue
+        n += _cut_prose_line(scanner, a, b, lines[n:])
