@@ -194,6 +194,9 @@ class ScriptFacts:
     reads_after_write: Tuple[Statement, ...]  # loads of a checkpoint written earlier: barrier first
     progress_bars: Tuple[cst.Call, ...]  # tqdm(...) without disable=
     local_rank_arguments: Tuple[cst.Call, ...]  # parser.add_argument("--local_rank", ...)
+    accumulation_steps: Tuple[cst.CSTNode, ...]  # optimizer steps taken every N micro-batches
+    batchnorm_layers: Tuple[cst.Call, ...]  # nn.BatchNorm*d(...) calls
+    rank_divergent: Tuple[cst.If, ...]  # `if rank == 0:` around a forward or a collective
     launch_literals: Tuple[cst.BaseExpression, ...]  # strings / argv lists running torch.distributed.launch|run
     legacy_launch_imports: Tuple[cst.CSTNode, ...]  # import torch.distributed.launch
     model_uses: Tuple[ModelUse, ...]  # attributes of wrapped models (state_dict, custom methods)
@@ -274,6 +277,7 @@ class _Collector(NameIndex):
         self.classes: List[cst.ClassDef] = []
         self.log_statements: List[cst.SimpleStatementLine] = []
         self.launch_strings: List[cst.BaseExpression] = []
+        self.rank_checks: List[cst.If] = []
         self.legacy_launch_imports: List[cst.CSTNode] = []
 
     def qnames(self, node: cst.CSTNode) -> Set[str]:
@@ -335,6 +339,8 @@ class _Collector(NameIndex):
     def visit_If(self, node: cst.If) -> None:
         if m.matches(node.test, N.MAIN_GUARD):
             self.main_guards.append(node)
+        elif N.mentions_rank(node.test):
+            self.rank_checks.append(node)
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         if N.is_log_statement(node):
@@ -494,6 +500,9 @@ class _Analysis:
             loaders=loaders,
             saves=saves,
             reads_after_write=flow.reads_after_write(saves),
+            accumulation_steps=tuple(flow.accumulation_steps()),
+            batchnorm_layers=tuple(self.calls(N.BATCHNORM)),
+            rank_divergent=tuple(flow.rank_divergent()),
             local_rank_arguments=tuple(call for call in self.c.calls if _is_local_rank_argument(call)),
             launch_literals=self.launch_literals(),
             legacy_launch_imports=tuple(self.c.legacy_launch_imports),
@@ -923,11 +932,14 @@ class _Analysis:
             if isinstance(self.parent(node), cst.Element) and isinstance(parent, (cst.List, cst.Tuple)):
                 if parent not in lists:
                     lists.append(parent)
-        strings = [
-            node for node in self.c.launch_strings
-            if not (isinstance(self.parent(node), cst.Element) and self.parent(self.parent(node)) in lists)
-            and " " in _raw_text(node)
-        ]
+        strings = []
+        for node in self.c.launch_strings:
+            if isinstance(self.parent(node), cst.Element) and self.parent(self.parent(node)) in lists:
+                continue
+            while isinstance(self.parent(node), cst.ConcatenatedString):
+                node = self.parent(node)  # the whole implicit concatenation is one command
+            if " " in _raw_text(node) and node not in strings:
+                strings.append(node)
         return tuple(lists + strings)
 
     def dataparallel_imports(self) -> Tuple[Tuple[str, str, Optional[str]], ...]:

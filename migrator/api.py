@@ -13,11 +13,11 @@ from libcst.metadata import MetadataWrapper
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 
-from migrator import edits
+from migrator import edits, suppress
 from migrator.analysis import analyze
 from migrator.errors import IntroducedSyntaxError, SourceParseError
 from migrator.options import Options
-from migrator.rules import FIXERS
+from migrator.rules import FIXERS, REPORTERS
 from migrator.types import Result
 
 # A file that mentions none of these has nothing to migrate: skip parsing it at all.
@@ -29,8 +29,15 @@ def migrate(source: str, options: Optional[Options] = None) -> Result:
 
     Raises SourceParseError when `source` is not valid Python 3, IntroducedSyntaxError
     if the engine would produce code that does not parse (a bug; nothing is written).
+    A `# ddp-migrate: ignore[CODE]` comment suppresses what is reported on its line (see
+    migrator.suppress: a suppressed fix turns its rule off for the file).
     """
     options = options or Options()
+    result = _migrate(source, options)
+    return suppress.apply(result, source, options, _migrate, suppress.python_suppressions(source))
+
+
+def _migrate(source: str, options: Options) -> Result:
     if not any(word in source for word in RELEVANT):
         return Result(code=source, original=source)
     module = parse(source)
@@ -39,6 +46,8 @@ def migrate(source: str, options: Optional[Options] = None) -> Result:
     for rule, planner in FIXERS:
         if options.enabled(rule.code, rule.name):
             planner(facts, plan)
+    for _, reporter in REPORTERS:
+        reporter(facts, plan)  # what it reports is filtered by code below, like every diagnostic
     diagnostics = tuple(d for d in plan.diagnostics if options.enabled(d.code))
     if plan.empty:
         return Result(code=source, diagnostics=diagnostics, original=source)

@@ -1,29 +1,90 @@
-"""The command line: flags -> one WriteBack mode; for each file read -> migrate -> show/write -> tally.
+"""The command line: flags and config -> Options and one WriteBack mode; for each file read ->
+migrate -> show/write -> tally.
 
 Thin on purpose: decoding and writing live in files.py, patches in diff.py, counting in report.py,
-every byte the user sees in render.py, and the migration itself in api.migrate (Python scripts)
-or launcher.migrate_launcher (shell, Make, Docker, YAML, Markdown, reST and notebook files).
+configuration in config.py, text in render.py, the json/github/sarif reports in output.py, and the
+migration itself in api.migrate (Python scripts) or launcher.migrate_launcher (shell, Make,
+Docker, YAML, Markdown, reST and notebook files).
+
+Start-up is part of the job (a pre-commit hook runs on every commit): this module imports click
+and the standard library's light parts only. A file is read and looked at as text first; the
+engine (LibCST and the rules, most of a second to import) is loaded only for a file that may need
+it, and rich only to style a terminal's diff or table.
 """
 from __future__ import annotations
 
+import os
+import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence, Tuple
+from typing import IO, TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import click
 
 from migrator import __version__, files, render
-from migrator.api import migrate
-from migrator.diff import unified_diff
-from migrator.errors import IntroducedSyntaxError, MigrateError, SourceParseError
-from migrator.launcher import migrate_launcher
+from migrator.config import Config, RuleSelection, SelectorError, discover_config, resolve_rules, split_selectors
+from migrator.errors import ConfigError, IntroducedSyntaxError, MigrateError, SourceParseError
 from migrator.options import Options
+from migrator.output import FORMATS, Failure, FileOutcome
 from migrator.report import EXIT_FAILED, Report, WriteBack
 
-CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
+if TYPE_CHECKING:  # pragma: no cover
+    from migrator.types import Result
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+#: A Python file with none of these has nothing to migrate (api.RELEVANT; a test keeps them equal).
+PYTHON_RELEVANT = ("torch", "local_rank", "local-rank")
+#: A launcher file that does not mention this has no launch command to rewrite.
+LAUNCHER_RELEVANT = "torch.distributed"
+
+#: Fewest files that need the engine for --jobs to start a process pool: with fewer, starting
+#: workers costs more than it saves (much more where workers are spawned and import LibCST anew).
+POOL_MIN_FILES = 4 if sys.platform.startswith("linux") else 12
+
+
+class UsageError(click.ClickException):
+    """A bad flag value or a bad config file: one line on stderr, exit status 2 (as click's usage errors)."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, prefix: str = "Error: ") -> None:
+        super().__init__(message)
+        self.prefix = prefix
+
+    def show(self, file: Optional[IO[Any]] = None) -> None:
+        click.echo(f"{self.prefix}{self.format_message()}", file=file, err=file is None)
+
+
+# --------------------------------------------------------------------------- the engines, loaded on use
+
+
+def migrate(source: str, options: Optional[Options] = None) -> "Result":
+    """api.migrate, imported on first use."""
+    from migrator.api import migrate as engine
+
+    return engine(source, options)
+
+
+def migrate_launcher(text: str, kind: str, options: Optional[Options] = None) -> "Result":
+    """launcher.migrate_launcher, plus `# ddp-migrate: ignore[...]` comments (migrator.suppress)."""
+    from migrator import suppress
+    from migrator.launcher import migrate_launcher as engine
+
+    options = options or Options()
+    result = engine(text, kind, options)
+
+    def rerun(source: str, opts: Options) -> "Result":
+        return engine(source, kind, opts)
+
+    return suppress.apply(result, text, options, rerun, suppress.text_suppressions(text))
+
+
+# --------------------------------------------------------------------------- the command
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="PATH...")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path), metavar="PATH...")
 @click.option(
     "--diff",
     "show_diff",
@@ -35,7 +96,51 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 @click.option(
     "--check",
     is_flag=True,
-    help="Write nothing; exit 1 if any file would change. With --diff, also print the diffs.",
+    help="Write nothing; report every finding; exit 1 if any file would change. With --diff, also print the diffs.",
+)
+@click.option(
+    "--select",
+    multiple=True,
+    metavar="RULES",
+    help="Only these rules: codes (DDP003), prefixes (DDP0) or names (wrap-model); repeat or comma-separate.",
+)
+@click.option("--ignore", multiple=True, metavar="RULES", help="Not these rules (same forms as --select).")
+@click.option("--extend-select", multiple=True, metavar="RULES", help="Rules added to the selection.")
+@click.option("--extend-ignore", multiple=True, metavar="RULES", help="Rules added to the ignored ones.")
+@click.option(
+    "--exclude",
+    multiple=True,
+    metavar="PATTERNS",
+    help="Gitignore-style patterns not walked into (relative to cwd); replaces the config's and the default.",
+)
+@click.option("--extend-exclude", multiple=True, metavar="PATTERNS", help="Patterns excluded as well.")
+@click.option(
+    "--force-exclude",
+    is_flag=True,
+    help="Apply the exclude patterns to files named on the command line too (for pre-commit).",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Read settings from FILE (a pyproject.toml, or TOML with the keys at the top level).",
+)
+@click.option("--isolated", is_flag=True, help="Ignore every configuration file.")
+@click.option(
+    "--output-format",
+    type=click.Choice(FORMATS),
+    default="text",
+    show_default=True,
+    help="text: code on stdout, findings on stderr. json, sarif: one report on stdout. "
+    "github: GitHub Actions annotations on stdout.",
+)
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Migrate files in this many processes (default: the number of CPUs). Output order does not change.",
 )
 @click.option(
     "--color",
@@ -46,6 +151,8 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 )
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr: no findings, no summary.")
 @click.option("-v", "--verbose", is_flag=True, help="Show a traceback for internal errors.")
+@click.option("--list-rules", is_flag=True, help="List every rule (code, name, fixable, summary) and exit.")
+@click.option("--explain", metavar="RULE", help="Explain a rule (a code or a name) and exit.")
 @click.version_option(__version__, "--version", prog_name="ddp-migrate", message="%(prog)s %(version)s")
 @click.pass_context
 def cli(
@@ -54,25 +161,56 @@ def cli(
     show_diff: bool,
     in_place: bool,
     check: bool,
+    select: Tuple[str, ...],
+    ignore: Tuple[str, ...],
+    extend_select: Tuple[str, ...],
+    extend_ignore: Tuple[str, ...],
+    exclude: Tuple[str, ...],
+    extend_exclude: Tuple[str, ...],
+    force_exclude: bool,
+    config_path: Optional[Path],
+    isolated: bool,
+    output_format: str,
+    jobs: Optional[int],
     color: str,
     quiet: bool,
     verbose: bool,
+    list_rules: bool,
+    explain: Optional[str],
 ) -> None:
     """Migrate PyTorch training scripts to DistributedDataParallel under torchrun.
 
     Launcher files (shell and Slurm scripts, Makefiles, Dockerfiles, YAML, Markdown, reST,
     notebooks) get their `python -m torch.distributed.launch` commands rewritten to torchrun.
-    With one file and no flag, print the migrated source to stdout. Exit status: 0 done,
-    1 a file would change (--check), 2 a file could not be read, parsed or migrated; 3 both.
+    With one file and no flag, print the migrated source to stdout. Settings come from
+    [tool.ddp-migrate] in the nearest pyproject.toml; flags win. Exit status: 0 done, 1 a file
+    would change (--check), 2 a file could not be read, parsed or migrated; 3 both.
     """
+    out = render.make_console(color)
+    err = render.make_console(color, stderr=True)
+    if list_rules or explain is not None:
+        if paths or (list_rules and explain is not None):
+            raise click.UsageError("--list-rules and --explain take no PATH and go alone")
+        ctx.exit(_list_rules(out) if list_rules else _explain(out, explain or ""))
+    if not paths:
+        raise click.UsageError("Missing argument 'PATH...'.")
+
     single_file = len(paths) == 1 and not paths[0].is_dir()
     try:
         mode = WriteBack.from_flags(diff=show_diff, in_place=in_place, check=check, single_file=single_file)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    if output_format != "text" and show_diff:
+        raise click.UsageError(f"--diff cannot be combined with --output-format {output_format}: both use stdout")
+    if isolated and config_path is not None:
+        raise click.UsageError("--isolated cannot be combined with --config")
 
-    out = render.make_console(color)
-    err = render.make_console(color, stderr=True)
+    cli_rules = _rule_flags(select=select, ignore=ignore, extend_select=extend_select, extend_ignore=extend_ignore)
+    try:
+        config = discover_config(paths, config_path, isolated)
+    except ConfigError as exc:
+        raise UsageError(str(exc), prefix="") from None
+    options = resolve_rules(config.rules, cli_rules)
 
     missing = [path for path in paths if not path.exists()]
     for path in missing:
@@ -80,91 +218,302 @@ def cli(
     if missing:
         ctx.exit(EXIT_FAILED)
     try:
-        sources = files.discover(paths)
+        sources = files.discover(paths, _excludes(config, exclude, extend_exclude), force_exclude=force_exclude)
     except MigrateError as exc:
         render.print_error(err, str(exc))
         ctx.exit(EXIT_FAILED)
 
-    options = Options()
     report = Report(mode)
-    for path in sources:
-        migrate_file(path, mode, options, out=out, err=err, report=report, quiet=quiet, verbose=verbose)
-    if not quiet:
-        render.print_summary(err, report)
+    show = _Show(mode, output_format, out=out, err=err, quiet=quiet, verbose=verbose)
+    for done in migrate_files(sources, mode, options, jobs=jobs or cpu_count()):
+        show.file(done, report)
+    show.finish(report)
     ctx.exit(report.return_code)
 
 
-def migrate_file(
-    path: Path,
-    mode: WriteBack,
-    options: Options,
-    *,
-    out: "render.Console",
-    err: "render.Console",
-    report: Report,
-    quiet: bool = False,
-    verbose: bool = False,
-) -> None:
-    """Migrate one file and record the outcome. Never raises for a problem with this one file."""
+def _rule_flags(**values: Tuple[str, ...]) -> RuleSelection:
+    """The command line's layer of rule selection; a one-line usage error for an unknown rule."""
+    parsed: Dict[str, Tuple[str, ...]] = {}
+    for key, given in values.items():
+        try:
+            parsed[key] = split_selectors(given)
+        except SelectorError as exc:
+            raise UsageError(f"--{key.replace('_', '-')}: {exc}") from None
+    return RuleSelection(
+        select=parsed["select"] if values["select"] else None,
+        ignore=parsed["ignore"],
+        extend_select=parsed["extend_select"],
+        extend_ignore=parsed["extend_ignore"],
+    )
+
+
+def _excludes(config: Config, exclude: Sequence[str], extend_exclude: Sequence[str]) -> List[files.Exclude]:
+    """`exclude` from the command line (relative to cwd), else the config's, else the default; plus every extension."""
+    cwd = Path.cwd()
+    out: List[files.Exclude] = []
+    if exclude:
+        out.append(files.Exclude(_patterns(exclude), cwd))
+    elif config.exclude is not None and config.root is not None:
+        out.append(files.Exclude(config.exclude, config.root))
+    else:
+        out.append(files.Exclude(files.DEFAULT_EXCLUDE, cwd))
+    if config.extend_exclude and config.root is not None:
+        out.append(files.Exclude(config.extend_exclude, config.root))
+    if extend_exclude:
+        out.append(files.Exclude(_patterns(extend_exclude), cwd))
+    return out
+
+
+def _patterns(values: Sequence[str]) -> Tuple[str, ...]:
+    return tuple(part.strip() for value in values for part in value.split(",") if part.strip())
+
+
+def cpu_count() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except OSError:  # pragma: no cover
+            pass
+    return os.cpu_count() or 1
+
+
+# --------------------------------------------------------------------------- rules: --list-rules, --explain
+
+
+def _list_rules(out: render.Console) -> int:
+    from migrator.rules import RULES
+
+    render.print_rule_table(out, [(rule.code, rule.name, rule.fixable, rule.summary) for rule in RULES])
+    return 0
+
+
+def _explain(out: render.Console, wanted: str) -> int:
+    from migrator.rules import RULES
+
+    key = wanted.strip()
+    for rule in RULES:
+        if key.upper() == rule.code or key == rule.name:
+            render.print_text(out, rule.explain())
+            return 0
+    try:
+        from migrator.config import canonical_selector
+
+        canonical_selector(key)
+        problem = f"{wanted!r} is a prefix of several rules; give one code or name"
+    except SelectorError as exc:
+        problem = str(exc)
+    raise UsageError(f"--explain: {problem}")
+
+
+# --------------------------------------------------------------------------- one file
+
+
+@dataclass(frozen=True)
+class Migrated:
+    """A file's outcome, with what it takes to show and write it: the source as read, the new code."""
+
+    outcome: FileOutcome
+    source: Optional[files.SourceFile] = None
+    code: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class _Job:
+    """A file read and found to need the engine."""
+
+    path: Path
+    name: str
+    kind: str
+    source: files.SourceFile
+
+
+def _read(path: Path, options: Options) -> Union[Migrated, _Job]:
+    """Read a file and decide from its text whether the engine is needed at all. Never raises."""
     name = files.display_path(path)
     try:
-        changed = _migrate_file(path, name, mode, options, out, err, quiet)
-    except SourceParseError as exc:
-        message = str(SourceParseError(exc.message, exc.line, exc.col, exc.path or name))
-    except IntroducedSyntaxError as exc:
-        message = f"{name}: internal error: ddp-migrate produced code that does not parse, file left unchanged: {exc}"
-    except MigrateError as exc:  # FileError already names the path; others (ConfigError) do not
-        message = str(exc) if isinstance(exc, files.FileError) else f"{name}: {exc}"
-    except Exception as exc:  # a bug in ddp-migrate: one line, carry on with the other files
-        message = f"{name}: internal error: {type(exc).__name__}: {exc}"
-        render.print_error(err, _one_line(message))
-        if verbose:
-            render.print_traceback(err, exc)
-        report.failed()
-        return
-    else:
-        report.done(changed)
-        if changed and not quiet and mode is not WriteBack.PRINT:
-            render.print_status(err, f"{report.status(changed)} {name}")
-        return
-    render.print_error(err, _one_line(message))
-    report.failed()
+        kind = files.source_kind(path)
+        if kind is None:
+            raise files.FileError(
+                name,
+                "not a Python script or a launcher file (shell, Makefile, Dockerfile, YAML, Markdown, reST, notebook)",
+            )
+        if kind == files.PYTHON:
+            source = files.read_source(path)
+            relevant = any(word in source.text for word in PYTHON_RELEVANT)
+        else:
+            source = files.read_text(path)
+            relevant = LAUNCHER_RELEVANT in source.text
+    except Exception as exc:  # noqa: BLE001 - becomes this file's error; the others go on
+        return Migrated(FileOutcome(name, error=_failure(exc, name)))
+    if not relevant:
+        return Migrated(FileOutcome(name), source, source.text)
+    return _Job(path, name, kind, source)
 
 
-def _migrate_file(
-    path: Path, name: str, mode: WriteBack, options: Options, out: "render.Console", err: "render.Console", quiet: bool
-) -> bool:
-    kind = files.source_kind(path)
-    if kind is None:
-        raise files.FileError(
-            name, "not a Python script or a launcher file (shell, Makefile, Dockerfile, YAML, Markdown, reST, notebook)"
-        )
-    if kind == files.PYTHON:
-        source = files.read_source(path)
-        result = migrate(source.text, options)
-    else:
-        source = files.read_text(path)
-        result = migrate_launcher(source.text, kind, options)
-    changed = result.code != source.text
-    new_bytes = source.encode(result.code)  # fails here, in every mode, if the new code has no bytes
+def _migrate(job: _Job, options: Options) -> Migrated:
+    """Run the engine on one file (in this process or a worker). Never raises."""
+    try:
+        if job.kind == files.PYTHON:
+            result = migrate(job.source.text, options)
+        else:
+            result = migrate_launcher(job.source.text, job.kind, options)
+        job.source.encode(result.code)  # fails here, in every mode, if the new code has no bytes
+    except Exception as exc:  # noqa: BLE001
+        return Migrated(FileOutcome(job.name, error=_failure(exc, job.name)), job.source)
+    changed = result.code != job.source.text
+    outcome = FileOutcome(job.name, changed, tuple(result.changes), tuple(result.diagnostics))
+    return Migrated(outcome, job.source, result.code)
 
-    if mode.writes and changed:
-        files.write_back(source, result.code)
-    if not quiet:
-        for change in result.changes:
-            render.print_change(err, name, change)
-        for diagnostic in result.diagnostics:
-            render.print_diagnostic(err, name, diagnostic)
-    if mode is WriteBack.PRINT:
-        render.print_source(out, new_bytes)
-    elif mode.shows_diff and changed:
-        patch = unified_diff(source.as_on_disk(source.text), source.as_on_disk(result.code), name)
-        render.print_diff(out, patch, source.encoding)
-    return changed
+
+def _failure(exc: BaseException, name: str) -> Failure:
+    if isinstance(exc, SourceParseError):
+        return Failure("parse", _one_line(f"cannot parse: {exc.message}"), exc.line, exc.col)
+    if isinstance(exc, IntroducedSyntaxError):
+        message = f"internal error: ddp-migrate produced code that does not parse, file left unchanged: {exc}"
+        return Failure("internal", _one_line(message))
+    if isinstance(exc, files.FileError):
+        return Failure("file", _one_line(exc.message))
+    if isinstance(exc, MigrateError):
+        return Failure("internal", _one_line(str(exc)))
+    import traceback
+
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return Failure("internal", _one_line(f"internal error: {type(exc).__name__}: {exc}"), traceback=trace)
 
 
 def _one_line(message: str) -> str:
     return " ".join(part.strip() for part in message.splitlines() if part.strip())
+
+
+# --------------------------------------------------------------------------- all files, maybe in parallel
+
+
+def migrate_files(paths: Sequence[Path], mode: WriteBack, options: Options, *, jobs: int = 1) -> Iterator[Migrated]:
+    """Each file's outcome, in the order of `paths`, written back first when `mode` writes.
+
+    Files are read here; those that need the engine are migrated here, or in `jobs` worker
+    processes when there are at least POOL_MIN_FILES of them. Writing and everything shown
+    happen in this process, in order, so the output does not depend on `jobs`.
+    """
+    read = [_read(path, options) for path in paths]
+    pending = [item for item in read if isinstance(item, _Job)]
+    futures: Dict[int, Any] = {}
+    executor = None
+    if jobs > 1 and len(pending) >= POOL_MIN_FILES:
+        executor = _pool(min(jobs, len(pending)))
+        futures = {id(job): executor.submit(_migrate, job, options) for job in pending}
+    try:
+        for item in read:
+            if isinstance(item, _Job):
+                done = _result(futures.get(id(item)), item, options)
+            else:
+                done = item
+            yield _write_back(done) if mode.writes else done
+    finally:
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _pool(workers: int) -> Any:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = None
+    if sys.platform.startswith("linux"):
+        # fork: workers start at once and share the engine this process has already imported.
+        # This process runs no threads, so fork is safe here.
+        context = multiprocessing.get_context("fork")
+        import migrator.api  # noqa: F401 - loaded once, before the fork
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context)
+
+
+def _result(future: Any, job: _Job, options: Options) -> Migrated:
+    if future is None:
+        return _migrate(job, options)
+    try:
+        return future.result()
+    except Exception:  # a broken pool (a worker killed): do this file here
+        return _migrate(job, options)
+
+
+def _write_back(done: Migrated) -> Migrated:
+    if done.outcome.error is not None or not done.outcome.changed or done.source is None or done.code is None:
+        return done
+    try:
+        files.write_back(done.source, done.code)
+    except MigrateError as exc:
+        return Migrated(FileOutcome(done.outcome.path, error=_failure(exc, done.outcome.path)), done.source)
+    return done
+
+
+# --------------------------------------------------------------------------- showing
+
+
+class _Show:
+    """Shows each outcome as it comes, in the chosen format, and tallies it."""
+
+    def __init__(
+        self, mode: WriteBack, output_format: str, *, out: render.Console, err: render.Console, quiet: bool, verbose: bool
+    ) -> None:
+        self.mode = mode
+        self.format = output_format
+        self.out = out
+        self.err = err
+        self.quiet = quiet
+        self.verbose = verbose
+        self.outcomes: List[FileOutcome] = []
+
+    def file(self, done: Migrated, report: Report) -> None:
+        outcome = done.outcome
+        if outcome.error is None:
+            report.done(outcome.changed)
+        else:
+            report.failed()
+        if self.format in ("json", "sarif"):
+            self.outcomes.append(outcome)
+        elif self.format == "github":
+            from migrator.output import to_github
+
+            render.print_text(self.out, to_github(outcome))
+        else:
+            self._text(done, report)
+
+    def _text(self, done: Migrated, report: Report) -> None:
+        outcome = done.outcome
+        if outcome.error is not None:
+            render.print_error(self.err, outcome.error.text(outcome.path))
+            if self.verbose and outcome.error.traceback:
+                render.print_traceback(self.err, outcome.error.traceback)
+            return
+        if not self.quiet:
+            for kind, finding in outcome.findings():
+                if kind == "change":
+                    render.print_change(self.err, outcome.path, finding)
+                else:
+                    render.print_diagnostic(self.err, outcome.path, finding)
+        source, code = done.source, done.code
+        if source is not None and code is not None:
+            if self.mode is WriteBack.PRINT:
+                render.print_source(self.out, source.encode(code))
+            elif self.mode.shows_diff and outcome.changed:
+                from migrator.diff import unified_diff
+
+                patch = unified_diff(source.as_on_disk(source.text), source.as_on_disk(code), outcome.path)
+                render.print_diff(self.out, patch, source.encoding)
+        if outcome.changed and not self.quiet and self.mode is not WriteBack.PRINT:
+            render.print_status(self.err, f"{report.status(True)} {outcome.path}")
+
+    def finish(self, report: Report) -> None:
+        if self.format == "json":
+            from migrator.output import to_json
+
+            render.print_text(self.out, to_json(self.outcomes, report))
+        elif self.format == "sarif":
+            from migrator.output import to_sarif
+
+            render.print_text(self.out, to_sarif(self.outcomes, __version__))
+        elif not self.quiet:
+            render.print_summary(self.err, report)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

@@ -51,6 +51,7 @@ class LoaderFact:
     hooks: Tuple[EpochHook, ...]
     problem: Optional[str]  # why it is declined: "sampler", "iterable", "untraced", or None
     no_epoch_loop: Optional[cst.CSTNode] = None  # the loop that iterates it without an epoch loop around
+    distributed_sampler: bool = False  # already reads a DistributedSampler
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,49 @@ class Flow:
                 if not found and no_epoch is None:
                     no_epoch = loop
                 hooks.extend(h for h in found if h.loop not in {k.loop for k in hooks})
-        return LoaderFact(call, statement, owner, target, dataset, shuffle, kwargs, training, tuple(hooks), problem, no_epoch)  # type: ignore[arg-type]
+        distributed = self.has_distributed_sampler(call)
+        return LoaderFact(call, statement, owner, target, dataset, shuffle, kwargs, training, tuple(hooks), problem, no_epoch, distributed)  # type: ignore[arg-type]
+
+    def has_distributed_sampler(self, call: cst.Call) -> bool:
+        sampler = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "sampler"), None)
+        if isinstance(sampler, cst.Name):
+            sampler = self.assigned_value(sampler.value, self.a.scope_of(call))
+        return isinstance(sampler, cst.Call) and self.c.resolve(sampler.func) in N.DISTRIBUTED_SAMPLER
+
+    def accumulation_steps(self) -> List[cst.CSTNode]:
+        """`if (step + 1) % accum == 0: optimizer.step()` inside a training loop."""
+        found = []
+        for call in self.c.calls:
+            func = call.func
+            if not (isinstance(func, cst.Attribute) and func.attr.value == "step"):
+                continue
+            stepped = code_of(func.value) in self.optimizer_names or any(
+                code_of(arg.value) in self.optimizer_names for arg in call.args
+            )  # scaler.step(optimizer)
+            if not stepped:
+                continue
+            condition = next((anc for anc in self.a.ancestors(call) if isinstance(anc, cst.If)), None)
+            if condition is not None and m.findall(condition.test, m.Modulo()) and condition not in found:
+                if any(isinstance(anc, (cst.For, cst.While)) for anc in self.a.ancestors(condition)):
+                    found.append(condition)
+        return found
+
+    def rank_divergent(self) -> List[cst.If]:
+        """Rank checks around code every rank must run."""
+        paired = self.paired_barrier_checks()
+        return [
+            node for node in self.c.rank_checks
+            if node not in paired and N.mentions_rank(node.test) and self.runs_shared_code(node.body)
+        ]
+
+    def paired_barrier_checks(self) -> Set[cst.If]:
+        """The "first process does it, the others wait" idiom: two rank checks around barriers, in one function."""
+        by_function: Dict[Optional[cst.CSTNode], List[cst.If]] = {}
+        for node in self.c.rank_checks:
+            calls = self.calls_within(node)
+            if calls and all(self.c.resolve(call.func) == "torch.distributed.barrier" for call in calls):
+                by_function.setdefault(self.a.enclosing_function(node), []).append(node)
+        return {node for nodes in by_function.values() if len(nodes) >= 2 for node in nodes}
 
     def loader_problem(self, call: cst.Call, dataset, statement) -> Optional[str]:
         keywords = {arg.keyword.value for arg in call.args if arg.keyword is not None}
@@ -356,7 +399,7 @@ class Flow:
         """
         for call in m.findall(node, m.Call()):
             func = call.func  # type: ignore[attr-defined]
-            if code_of(func) in self.model_exprs or (self.c.resolve(func) or "").startswith("torch.distributed."):
+            if code_of(func) in self.model_exprs or self.c.resolve(func) in N.COLLECTIVES:
                 return True
             target = self.callee(call)  # type: ignore[arg-type]
             if target is not None and depth < 3 and self.runs_shared_code(target.body, depth + 1):

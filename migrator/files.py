@@ -12,15 +12,11 @@ import hashlib
 import io
 import os
 import stat
-import tempfile
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
-import pathspec
-
-from migrator import launcher
 from migrator.errors import MigrateError, SourceParseError
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -33,8 +29,14 @@ PYTHON = "python"
 #: How much of an extension-less file is read to find its shebang.
 HEAD_BYTES = 256
 
-#: Directory names never walked into (an explicitly named directory is still walked).
+#: Directory names not walked into by default (an explicitly named directory is still walked).
 EXCLUDED_DIRS = frozenset({".git", ".venv", "venv", "__pycache__", "node_modules", "build", "dist", ".tox"})
+
+#: The default `exclude` patterns (gitignore-style). `.git` is never walked, whatever `exclude` says.
+DEFAULT_EXCLUDE: Tuple[str, ...] = tuple(f"{name}/" for name in sorted(EXCLUDED_DIRS - {".git"}))
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pathspec
 
 
 class FileError(MigrateError):
@@ -122,9 +124,10 @@ def source_kind(path: PathLike) -> Optional[str]:
     path = Path(path)
     if path.suffix in (".py", ".pyw"):
         return PYTHON
-    kind = launcher.detect_kind(path.name, "")
+    detect_kind = _detect_kind()
+    kind = detect_kind(path.name, "")
     if kind is None:
-        kind = launcher.detect_kind(path.name, _head(path))
+        kind = detect_kind(path.name, _head(path))
     if kind is None and not path.suffix:
         return PYTHON
     return kind
@@ -237,6 +240,8 @@ def write_atomic(
     except OSError as exc:
         raise FileError(path, f"cannot write: {exc.strerror or exc}") from None
 
+    import tempfile  # only when writing
+
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".ddp-migrate.tmp", dir=target.parent)
     except OSError as exc:
@@ -294,25 +299,48 @@ def _fsync_directory(directory: Path) -> None:
 
 # --------------------------------------------------------------------------- discovery
 
-_Ignore = Tuple[Path, pathspec.PathSpec]  # (absolute directory the patterns are relative to, patterns)
+_Ignore = Tuple[Path, "pathspec.PathSpec"]  # (absolute directory the patterns are relative to, patterns)
 
 
-def discover(paths: Iterable[PathLike]) -> List[Path]:
+@dataclass(frozen=True)
+class Exclude:
+    """Gitignore-style `patterns` relative to `root` (the folder of the config file that gave them, or cwd).
+
+    A pattern without a `/` before its end (`build/`, `*_pb2.py`) matches at any depth, also in a
+    walk outside `root`; an anchored one (`/data`, `src/gen/`) only under `root`.
+    """
+
+    patterns: Tuple[str, ...]
+    root: Path = field(default_factory=Path.cwd)
+
+
+def discover(
+    paths: Iterable[PathLike],
+    exclude: Optional[Sequence[Exclude]] = None,
+    *,
+    force_exclude: bool = False,
+) -> List[Path]:
     """Expand `paths` into the files to migrate, in a stable order, without duplicates.
 
-    A file argument is always taken, whatever its name and whatever .gitignore says. A directory
-    is walked for `*.py` and launcher files (`_is_launcher_file`), skipping EXCLUDED_DIRS,
-    whatever the enclosing repository's .gitignore files (and .git/info/exclude) ignore, and
-    symlinks to directories. Raises FileError for a path that does not exist or a directory that
-    cannot be listed.
+    A file argument is always taken, whatever its name and whatever .gitignore says (unless
+    `force_exclude` and an `exclude` pattern matches it). A directory is walked for `*.py` and
+    launcher files (`_is_launcher_file`), skipping `.git`, whatever `exclude` matches (default:
+    DEFAULT_EXCLUDE relative to cwd), whatever the enclosing repository's .gitignore files (and
+    .git/info/exclude) ignore, and symlinks to directories. Raises FileError for a path that does
+    not exist or a directory that cannot be listed.
     """
+    excluder = _Excluder(exclude if exclude is not None else (Exclude(DEFAULT_EXCLUDE),))
     found: List[Path] = []
     seen: Set[str] = set()
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            candidates: Iterable[Path] = _walk(path)
+            if force_exclude and excluder.excluded(Path(os.path.realpath(path)), is_dir=True):
+                continue
+            candidates: Iterable[Path] = _walk(path, excluder)
         elif path.exists():
+            if force_exclude and excluder.excluded(Path(os.path.realpath(path)), is_dir=False):
+                continue
             candidates = (path,)
         else:
             raise FileError(path, "no such file or directory")
@@ -322,6 +350,80 @@ def discover(paths: Iterable[PathLike]) -> List[Path]:
                 seen.add(key)
                 found.append(candidate)
     return found
+
+
+class _Excluder:
+    """Matches paths against sets of `exclude` patterns.
+
+    Plain names (`venv/`, `node_modules`) are compared with path components directly; only other
+    patterns are compiled with pathspec, on first use, so a run on named files never imports it.
+    """
+
+    _GLOB = frozenset("*?[\\!")
+
+    def __init__(self, excludes: Sequence[Exclude]) -> None:
+        self.sets: List[Tuple[Path, Set[str], Set[str], List[str]]] = []
+        self._specs: List[Optional["pathspec.PathSpec"]] = []
+        self._roots: Dict[Tuple[int, Path], bool] = {}
+        for exclude in excludes:
+            names: Set[str] = set()  # match a file or a directory of that name, at any depth
+            dir_names: Set[str] = set()  # match a directory of that name, at any depth
+            rest: List[str] = []
+            patterns = [p.strip() for p in exclude.patterns if p.strip() and not p.strip().startswith("#")]
+            negated = any(p.startswith("!") for p in patterns)
+            for pattern in patterns:
+                core = pattern[:-1] if pattern.endswith("/") else pattern
+                if not negated and core and "/" not in core and not (set(core) & self._GLOB):
+                    (dir_names if pattern.endswith("/") else names).add(core)
+                else:
+                    rest.append(pattern)
+            self.sets.append((Path(os.path.realpath(exclude.root)), names, dir_names, rest))
+            self._specs.append(None)
+
+    def excluded(self, real: Path, *, is_dir: bool, walk_root: Optional[Path] = None) -> bool:
+        """Whether `real` (a resolved path) is excluded.
+
+        In a walk of `walk_root` (a directory named on the command line, walked even when it is
+        excluded itself), only what lies below `walk_root` is compared; a named file is compared
+        whole (`--force-exclude`).
+        """
+        for index, (root, names, dir_names, rest) in enumerate(self.sets):
+            rel = _relative_to(real, root)
+            below = _relative_to(real, walk_root) if walk_root is not None else rel
+            parts = (below if below is not None else real.name).split("/")
+            dirs = parts if is_dir else parts[:-1]
+            if names.intersection(parts) or dir_names.intersection(dirs):
+                return True
+            if rest and rel is not None:
+                spec = self._spec(index)
+                if walk_root is not None and self._root_matched(index, walk_root):
+                    continue  # everything under an excluded directory matches: it was named, so walk it
+                if spec.match_file(rel + "/" if is_dir else rel):
+                    return True
+        return False
+
+    def _spec(self, index: int) -> "pathspec.PathSpec":
+        spec = self._specs[index]
+        if spec is None:
+            spec = self._specs[index] = _gitignore_spec(self.sets[index][3])
+        return spec
+
+    def _root_matched(self, index: int, walk_root: Path) -> bool:
+        key = (index, walk_root)
+        if key not in self._roots:
+            rel = _relative_to(walk_root, self.sets[index][0])
+            self._roots[key] = bool(rel) and self._spec(index).match_file(rel + "/")
+        return self._roots[key]
+
+
+def _relative_to(real: Path, root: Path) -> Optional[str]:
+    """`real` relative to `root`, '/'-separated, or None when it is not under it ('' is root itself)."""
+    rel = os.path.relpath(real, root).replace(os.sep, "/")
+    if rel == ".":
+        return ""
+    if rel == ".." or rel.startswith("../") or os.path.isabs(rel):
+        return None
+    return rel
 
 
 def display_path(path: PathLike, cwd: Optional[PathLike] = None) -> str:
@@ -336,12 +438,14 @@ def display_path(path: PathLike, cwd: Optional[PathLike] = None) -> str:
     return path.as_posix()
 
 
-def _walk(root: Path) -> Iterator[Path]:
+def _walk(root: Path, excluder: _Excluder) -> Iterator[Path]:
     real_root = Path(os.path.realpath(root))
-    yield from _walk_dir(root, real_root, _enclosing_ignores(real_root))
+    yield from _walk_dir(root, real_root, _enclosing_ignores(real_root), excluder, real_root)
 
 
-def _walk_dir(directory: Path, real_dir: Path, ignores: Sequence[_Ignore]) -> Iterator[Path]:
+def _walk_dir(
+    directory: Path, real_dir: Path, ignores: Sequence[_Ignore], excluder: _Excluder, real_root: Path
+) -> Iterator[Path]:
     own = _load_ignore_file(real_dir / ".gitignore")
     if own is not None:
         ignores = (*ignores, (real_dir, own))
@@ -354,11 +458,16 @@ def _walk_dir(directory: Path, real_dir: Path, ignores: Sequence[_Ignore]) -> It
         path = directory / entry.name
         real = real_dir / entry.name
         if entry.is_dir(follow_symlinks=False):
-            if entry.name not in EXCLUDED_DIRS and not _ignored(real, ignores, is_dir=True):
-                yield from _walk_dir(path, real, ignores)
+            if (
+                entry.name != ".git"
+                and not excluder.excluded(real, is_dir=True, walk_root=real_root)
+                and not _ignored(real, ignores, is_dir=True)
+            ):
+                yield from _walk_dir(path, real, ignores, excluder, real_root)
         elif (
             (entry.name.endswith(".py") or _is_launcher_file(entry))
             and entry.is_file()
+            and not excluder.excluded(real, is_dir=False, walk_root=real_root)
             and not _ignored(real, ignores, is_dir=False)
         ):
             yield path
@@ -366,7 +475,8 @@ def _walk_dir(directory: Path, real_dir: Path, ignores: Sequence[_Ignore]) -> It
 
 def _is_launcher_file(entry: "os.DirEntry[str]") -> bool:
     """A launcher file by its name, or an extension-less executable with a shell shebang."""
-    if launcher.detect_kind(entry.name, "") is not None:
+    detect_kind = _detect_kind()
+    if detect_kind(entry.name, "") is not None:
         return True
     if "." in entry.name.lstrip(".") or not entry.is_file():
         return False
@@ -374,7 +484,15 @@ def _is_launcher_file(entry: "os.DirEntry[str]") -> bool:
         executable = bool(entry.stat().st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH))
     except OSError:
         return False
-    return executable and launcher.detect_kind(entry.name, _head(Path(entry.path))) == "shell"
+    return executable and detect_kind(entry.name, _head(Path(entry.path))) == "shell"
+
+
+def _detect_kind():
+    """launcher.detect_kind, imported when a file is not plainly Python (the launcher package
+    compiles its regexes on import; a run on `.py` files never needs it)."""
+    from migrator.launcher import detect_kind
+
+    return detect_kind
 
 
 def _ignored(real: Path, ignores: Sequence[_Ignore], *, is_dir: bool) -> bool:
@@ -416,7 +534,7 @@ def _enclosing_ignores(real_root: Path) -> Tuple[_Ignore, ...]:
     return tuple(ignores)
 
 
-def _load_ignore_file(path: Path) -> Optional[pathspec.PathSpec]:
+def _load_ignore_file(path: Path) -> Optional["pathspec.PathSpec"]:
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
@@ -426,7 +544,9 @@ def _load_ignore_file(path: Path) -> Optional[pathspec.PathSpec]:
     return _gitignore_spec(lines)
 
 
-def _gitignore_spec(lines: List[str]) -> pathspec.PathSpec:
+def _gitignore_spec(lines: List[str]) -> "pathspec.PathSpec":
+    import pathspec  # only for directory walks and exclude globs: a run on named files never loads it
+
     if hasattr(pathspec, "GitIgnoreSpec"):
         return pathspec.GitIgnoreSpec.from_lines(lines)
     return pathspec.PathSpec.from_lines("gitwildmatch", lines)  # pragma: no cover - pathspec < 0.10

@@ -24,10 +24,24 @@ DDP = frozenset(
     }
 )
 INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group"})
+# Calls every rank must make together (get_rank() and friends are local and harmless).
+COLLECTIVES = frozenset(
+    f"torch.distributed.{name}"
+    for name in (
+        "barrier", "monitored_barrier", "all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor",
+        "broadcast", "broadcast_object_list", "reduce", "gather", "gather_object", "scatter", "scatter_object_list",
+        "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "new_group",
+        "init_process_group", "destroy_process_group",
+    )
+)
 DESTROY_PROCESS_GROUP = frozenset({"torch.distributed.destroy_process_group"})
 TORCH_DEVICE = frozenset({"torch.device"})
 LAUNCH_MODULES_TEXT = "torch.distributed."  # prefilter for launch commands in strings (launch and run)
 TORCH_SAVE = frozenset({"torch.save"})
+BATCHNORM = frozenset(
+    {f"torch.nn.{name}" for name in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")}
+    | {f"torch.nn.modules.batchnorm.{name}" for name in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")}
+)
 # Other writes of training results: one writer, like checkpoints.
 RESULT_WRITES = TORCH_SAVE | frozenset(
     {

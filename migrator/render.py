@@ -1,48 +1,128 @@
-"""Everything the user sees. The only module that imports rich; the CLI passes the Consoles in.
+"""Everything the user sees in text. The only module that imports rich, and only when it must.
 
 stdout carries code (the migrated source, diffs); stderr carries findings, errors and the summary.
 When a console is not a styled terminal, code is written as the file's own bytes, untouched, so
 `ddp-migrate a.py > b.py` and `ddp-migrate --diff . | git apply` reproduce the migration exactly.
+
+Start-up matters (a pre-commit hook runs on every commit): finding lines, errors and the summary
+are written with plain ANSI styles, and rich (about 0.1 s to import) is loaded only to highlight a
+diff on a terminal, to draw the --list-rules table there, or on Windows consoles.
 """
 from __future__ import annotations
 
+import os
 import sys
-from typing import Optional, Union
+from typing import IO, TYPE_CHECKING, Any, Optional, Sequence, Tuple, Union
 
-from rich.console import Console
-from rich.text import Text
-
-from migrator.report import Report
-from migrator.types import Change, Diagnostic
+if TYPE_CHECKING:  # pragma: no cover
+    from migrator.report import Report
+    from migrator.types import Change, Diagnostic
 
 COLOR_CHOICES = ("auto", "always", "never")
 
-_PATH = "bold"
-_CODE = "bold red"
-_FIXABLE = "cyan"
-_ERROR = "bold red"
-_MUTED = "dim"
+# SGR codes of the few styles used.
+_RESET = "\x1b[0m"
+_PATH = "1"  # bold
+_CODE = "1;31"  # bold red
+_FIXABLE = "36"  # cyan
+_ERROR = "1;31"
+_MUTED = "2"  # dim
+_SUMMARY = "1"
+
+Segments = Sequence[Tuple[str, Optional[str]]]  # (text, SGR code or None)
 
 
-def make_console(color: str = "auto", *, stderr: bool = False) -> Console:
-    """A console on stdout or stderr. 'auto' lets rich decide (a tty, FORCE_COLOR, NO_COLOR, TERM)."""
-    if color not in COLOR_CHOICES:
-        raise ValueError(f"color must be one of {', '.join(COLOR_CHOICES)}, not {color!r}")
-    force = {"auto": None, "always": True, "never": False}[color]
-    return Console(
-        stderr=stderr,
-        force_terminal=force,
-        no_color=True if color == "never" else None,
-        highlight=False,
-        markup=False,
-        emoji=False,
-        soft_wrap=True,
-    )
+class Console:
+    """A stream, and whether to style what goes to it. Decided once, here, never at import time."""
+
+    def __init__(self, file: Optional[IO[str]] = None, *, stderr: bool = False, color: str = "auto") -> None:
+        if color not in COLOR_CHOICES:
+            raise ValueError(f"color must be one of {', '.join(COLOR_CHOICES)}, not {color!r}")
+        self._file = file
+        self.stderr = stderr
+        self.color = color
+        self.styled = _wants_color(self.file, color)
+        self._rich: Any = None
+
+    @property
+    def file(self) -> IO[str]:
+        # Looked up on each use: click's test runner swaps sys.stdout/sys.stderr per invocation.
+        if self._file is not None:
+            return self._file
+        return sys.stderr if self.stderr else sys.stdout
+
+    @property
+    def is_terminal(self) -> bool:
+        try:
+            return self.file.isatty()
+        except (AttributeError, ValueError):
+            return False
+
+    def rich(self) -> Any:
+        """A rich Console on the same stream, styled as this one is (imports rich on first use)."""
+        if self._rich is None:
+            from rich.console import Console as RichConsole
+
+            self._rich = RichConsole(
+                file=self.file,
+                force_terminal=self.styled,
+                no_color=not self.styled,
+                highlight=False,
+                markup=False,
+                emoji=False,
+                soft_wrap=True,
+            )
+        return self._rich
+
+    def line(self, segments: Segments) -> None:
+        """Write one line made of styled segments."""
+        if self.styled and sys.platform == "win32":  # pragma: no cover - legacy consoles need rich's help
+            from rich.text import Text
+
+            text = Text()
+            for part, style in segments:
+                text.append(part, style=_RICH_STYLES.get(style or "", ""))
+            self.rich().print(text)
+            return
+        if self.styled:
+            out = "".join(f"\x1b[{style}m{part}{_RESET}" if style and part else part for part, style in segments)
+        else:
+            out = "".join(part for part, _ in segments)
+        self.file.write(out + "\n")
+        self.file.flush()
+
+
+_RICH_STYLES = {_PATH: "bold", _CODE: "bold red", _FIXABLE: "cyan", _MUTED: "dim"}
+
+
+def _wants_color(stream: IO[str], color: str) -> bool:
+    """rich's rules, without importing rich: NO_COLOR, FORCE_COLOR, TTY_COMPATIBLE, TERM=dumb, a tty."""
+    if color != "auto":
+        return color == "always"
+    env = os.environ
+    if env.get("NO_COLOR"):
+        return False
+    if env.get("TERM", "").strip().lower() in ("dumb", "unknown"):
+        return False
+    tty_compatible = env.get("TTY_COMPATIBLE", "")
+    if tty_compatible in ("0", "1"):
+        return tty_compatible == "1"
+    if env.get("FORCE_COLOR") is not None:
+        return env["FORCE_COLOR"] != ""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def make_console(color: str = "auto", *, stderr: bool = False, file: Optional[IO[str]] = None) -> Console:
+    """A console on stdout or stderr. 'auto' colours a terminal (FORCE_COLOR, NO_COLOR, TERM respected)."""
+    return Console(file, stderr=stderr, color=color)
 
 
 def is_styled(console: Console) -> bool:
     """Whether to decorate output: a terminal that takes colour. Otherwise output is plain text."""
-    return console.is_terminal and not console.no_color and console.color_system is not None
+    return console.styled
 
 
 # --------------------------------------------------------------------------- stdout: code
@@ -61,12 +141,18 @@ def print_diff(console: Console, patch: str, encoding: str = "utf-8") -> None:
         from rich.syntax import Syntax  # pulls in pygments: only when a terminal shows a diff
 
         shown = patch.replace("\r\n", "\n").replace("\ufeff", "").rstrip("\n")
-        console.print(
+        console.rich().print(
             Syntax(shown, "diff", theme="ansi_dark", background_color="default", word_wrap=True),
             soft_wrap=False,
         )
     else:
         _write_bytes(console, patch.encode(encoding, "replace"))
+
+
+def print_text(console: Console, text: str) -> None:
+    """Text as it is (a JSON or SARIF document, GitHub annotations, --explain)."""
+    console.file.write(text)
+    console.file.flush()
 
 
 def _write_bytes(console: Console, data: bytes) -> None:
@@ -84,14 +170,14 @@ def _write_bytes(console: Console, data: bytes) -> None:
 # --------------------------------------------------------------------------- stderr: findings
 
 
-def print_change(console: Console, path: str, change: Change) -> None:
-    """`path:line:col CODE message`"""
-    console.print(_finding(path, change.line, change.col, change.code, change.message, fixable=False))
+def print_change(console: Console, path: str, change: "Change") -> None:
+    """`path:line:col CODE [*] message`: every change is something the tool fixes."""
+    console.line(_finding(path, change.line, change.col, change.code, change.message, fixable=True))
 
 
-def print_diagnostic(console: Console, path: str, diagnostic: Diagnostic) -> None:
+def print_diagnostic(console: Console, path: str, diagnostic: "Diagnostic") -> None:
     """`path:line:col CODE [*] message`, `[*]` when the engine could fix it."""
-    console.print(
+    console.line(
         _finding(
             path, diagnostic.line, diagnostic.col, diagnostic.code, diagnostic.message, fixable=diagnostic.fixable
         )
@@ -100,42 +186,66 @@ def print_diagnostic(console: Console, path: str, diagnostic: Diagnostic) -> Non
 
 def format_finding(path: str, line: int, col: int, code: str, message: str, fixable: bool = False) -> str:
     """The plain text of one finding line (what tests and non-terminals see)."""
-    return _finding(path, line, col, code, message, fixable).plain
+    return "".join(part for part, _ in _finding(path, line, col, code, message, fixable))
 
 
-def _finding(path: str, line: int, col: int, code: str, message: str, fixable: bool) -> Text:
-    text = Text()
-    text.append(f"{path}:{line}:{col}", style=_PATH)
-    text.append(" ")
-    text.append(code, style=_CODE)
+def _finding(path: str, line: int, col: int, code: str, message: str, fixable: bool) -> Segments:
+    segments = [(f"{path}:{line}:{col}", _PATH), (" ", None), (code, _CODE)]
     if fixable:
-        text.append(" ")
-        text.append("[*]", style=_FIXABLE)
-    text.append(" ")
-    text.append(message)
-    return text
+        segments += [(" ", None), ("[*]", _FIXABLE)]
+    segments += [(" ", None), (message, None)]
+    return segments
 
 
 def print_error(console: Console, message: str) -> None:
     """One line, no traceback: `path:line:col: cannot parse: ...`, `path: internal error: ...`."""
-    console.print(Text(message, style=_ERROR))
+    console.line([(message, _ERROR)])
 
 
 def print_status(console: Console, message: str) -> None:
     """A per-file status such as `would migrate path`."""
-    console.print(Text(message, style=_MUTED))
+    console.line([(message, _MUTED)])
 
 
-def print_summary(console: Console, report: Union[Report, str]) -> None:
-    console.print(Text(str(report), style="bold"))
+def print_summary(console: Console, report: Union["Report", str]) -> None:
+    console.line([(str(report), _SUMMARY)])
 
 
-def print_traceback(console: Console, exc: Optional[BaseException] = None) -> None:
-    """The current exception's traceback (only asked for with --verbose)."""
-    import traceback
+def print_traceback(console: Console, exc: Union[BaseException, str, None] = None) -> None:
+    """A traceback (only asked for with --verbose): an exception's, or one already formatted."""
+    if isinstance(exc, str):
+        text = exc
+    else:
+        import traceback
 
-    if exc is None:
-        exc = sys.exc_info()[1]
-    if exc is None:
+        if exc is None:
+            exc = sys.exc_info()[1]
+        if exc is None:
+            return
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    console.line([(text.rstrip("\n"), None)])
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def print_rule_table(console: Console, rows: Sequence[Tuple[str, str, bool, str]]) -> None:
+    """--list-rules: code, name, fixable, summary. A rich table on a terminal; aligned plain text when piped."""
+    if console.styled:
+        from rich.table import Table
+
+        table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
+        table.add_column("Code", style="bold red", no_wrap=True)
+        table.add_column("Name", no_wrap=True)
+        table.add_column("Fixable", justify="center", style="cyan", no_wrap=True)
+        table.add_column("Summary")
+        for code, name, fixable, summary in rows:
+            table.add_row(code, name, "[*]" if fixable else "", summary)
+        console.rich().print(table)
         return
-    console.print(Text("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip("\n")))
+    header = ("code", "name", "fixable", "summary")
+    cells = [(code, name, "yes" if fixable else "no", summary) for code, name, fixable, summary in rows]
+    widths = [max(len(row[i]) for row in [header, *cells]) for i in range(3)]
+    for row in [header, *cells]:
+        console.file.write("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3] + "\n")
+    console.file.flush()

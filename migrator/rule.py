@@ -35,6 +35,7 @@ class Rule:
     fix_safety: str
     fixable: bool
     examples: Tuple[Example, ...] = ()
+    example_language: str = "python"  # the fence language of the examples in explain() ("bash" for launcher rules)
 
     def explain(self) -> str:
         """The `--explain` text, in the shape of ruff's rule docs."""
@@ -54,7 +55,8 @@ class Rule:
             self.fix_safety.strip(),
         ]
         for example in self.examples[:1]:
-            parts += ["", "## Example", "```python", example.before.rstrip(), "```"]
+            fence = f"```{self.example_language}"
+            parts += ["", "## Example", fence, example.before.rstrip(), "```"]
             if example.after is not None:
-                parts += ["", "Use instead:", "```python", example.after.rstrip(), "```"]
+                parts += ["", "Use instead:", fence, example.after.rstrip(), "```"]
         return "\n".join(parts) + "\n"

@@ -1,25 +1,47 @@
-"""Benchmark: how long ddp-migrate takes on one realistic 1,000-line training script.
+"""Benchmark: how long ddp-migrate takes, and how much memory, on one script or a whole repository.
 
     python scripts/bench.py [--lines 1000] [--repeat 5] [--file path/to/script.py]
+    python scripts/bench.py --corpus [DIR] [--files 500] [--total-lines 74000] [--cpus 2] [--repeat 5]
 
-Prints, next to `python -c pass` for scale:
+Default mode, one realistic 1,000-line training script, next to `python -c pass` for scale:
   - the engine alone (`migrate()` in-process: parse, metadata, rules, re-parse check);
   - the command end to end (`ddp-migrate FILE`, wall time including interpreter start-up),
     which is what the issue's 1.5 s target is about.
-Best and median of --repeat runs. Nothing is asserted: the numbers are for people.
+
+--corpus mode, a 500-file, ~74k-line Python repository in which most files are irrelevant
+(plain Python, no torch) and about 5% are training scripts or torch utilities. It is generated
+(deterministically, --seed) into a temporary directory, or into DIR when DIR does not exist yet
+(and kept there); an existing DIR is used as it is. Measured, next to `python -c pass` and, when
+ruff is installed, `ruff check --no-cache --select E9 CORPUS` for scale:
+  (a) `ddp-migrate --check` on one irrelevant file, wall;
+  (b) `ddp-migrate --check` on one relevant 1,000-line training script, wall;
+  (c) `ddp-migrate --check CORPUS` (the directory walk), wall;
+  (d) peak memory: the largest resident set of any one process of (a)-(c) (os.wait4's ru_maxrss),
+      and, on Linux, the peak of the process tree's summed PSS (ddp-migrate and its --jobs
+      workers; shared pages counted once), sampled every 20 ms in one extra run of each.
+Commands run with their CPU affinity limited to --cpus CPUs (default 2, the issue's machine;
+0: no limit). Best and median of --repeat runs; the issue's targets are printed alongside.
+Nothing is asserted and nothing in ddp-migrate is changed: the numbers are for people.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import random
+import shlex
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable, List, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = ROOT / "fixtures" / "mnist_main_argparse" / "input.py"
+
+MIB = 1024 * 1024
 
 BLOCK = '''
 
@@ -68,17 +90,396 @@ def make_script(lines: int) -> str:
     return head + "".join(blocks) + sep + tail
 
 
+# --------------------------------------------------------------------------- the corpus
+
+IRRELEVANT_HEADER = '''"""{title}: part of the data-processing and serving code of the project (module {n})."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_{upper}_LIMIT = {limit}
+_{upper}_PATTERN = re.compile(r"^(?P<key>[a-z_]+)=(?P<value>.*)$")
+'''
+
+# Plain Python as a real repository has it: dataclasses, parsing, I/O, small algorithms.
+IRRELEVANT_CHUNKS = [
+    '''
+
+@dataclass
+class {Name}Record:
+    """One row of the {name} table."""
+
+    key: str
+    value: float = 0.0
+    tags: List[str] = field(default_factory=list)
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps({{"key": self.key, "value": self.value, "tags": self.tags, **self.extra}})
+
+    @classmethod
+    def from_json(cls, text: str) -> "{Name}Record":
+        data = json.loads(text)
+        key, value = data.pop("key"), float(data.pop("value", 0.0))
+        return cls(key, value, list(data.pop("tags", [])), data)
+''',
+    '''
+
+def parse_{name}_lines(lines: Iterable[str], limit: int = DEFAULT_{upper}_LIMIT) -> Dict[str, str]:
+    """Parse `key=value` lines, skipping comments and blank lines, up to `limit` entries."""
+    result: Dict[str, str] = {{}}
+    for number, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _{upper}_PATTERN.match(line)
+        if match is None:
+            logger.warning("line %d is not key=value: %r", number, line)
+            continue
+        result[match.group("key")] = match.group("value")
+        if len(result) >= limit:
+            break
+    return result
+''',
+    '''
+
+class {Name}Cache:
+    """A small least-recently-used cache for {name} lookups."""
+
+    def __init__(self, capacity: int = 128) -> None:
+        self.capacity = capacity
+        self._data: Dict[str, Any] = {{}}
+        self._order: List[str] = []
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: str, default: Optional[Any] = None) -> Any:
+        if key in self._data:
+            self.hits += 1
+            self._order.remove(key)
+            self._order.append(key)
+            return self._data[key]
+        self.misses += 1
+        return default
+
+    def put(self, key: str, value: Any) -> None:
+        if key in self._data:
+            self._order.remove(key)
+        elif len(self._data) >= self.capacity:
+            oldest = self._order.pop(0)
+            del self._data[oldest]
+        self._data[key] = value
+        self._order.append(key)
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+''',
+    '''
+
+def group_{name}_by(records: Iterable[Dict[str, Any]], key: str) -> Dict[Any, List[Dict[str, Any]]]:
+    """Group `records` by the value of `key`; records without it go under None."""
+    groups: Dict[Any, List[Dict[str, Any]]] = defaultdict(list)
+    for record in records:
+        groups[record.get(key)].append(record)
+    return {{k: sorted(v, key=lambda r: str(r)) for k, v in groups.items()}}
+
+
+def summarize_{name}(values: List[float]) -> Dict[str, float]:
+    """Count, mean, min and max of `values` (zeros for an empty list)."""
+    if not values:
+        return {{"count": 0, "mean": 0.0, "min": 0.0, "max": 0.0}}
+    return {{
+        "count": len(values),
+        "mean": sum(values) / len(values),
+        "min": min(values),
+        "max": max(values),
+    }}
+''',
+    '''
+
+def load_{name}_config(path: str, overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Read a JSON config, apply `overrides`, and fill in defaults from the environment."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            config = json.load(handle)
+    except FileNotFoundError:
+        logger.info("no config at %s, using defaults", path)
+        config = {{}}
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{{path}}: invalid JSON at line {{exc.lineno}}") from exc
+    config.update(overrides or {{}})
+    config.setdefault("workers", int(os.environ.get("{UPPER}_WORKERS", "4")))
+    config.setdefault("output_dir", os.environ.get("{UPPER}_OUTPUT", "out"))
+    return config
+''',
+    '''
+
+class {Name}Pipeline:
+    """Applies a list of steps to each item, collecting failures instead of raising."""
+
+    def __init__(self, steps, name: str = "{name}") -> None:
+        self.steps = list(steps)
+        self.name = name
+        self.failures: List[str] = []
+
+    def run(self, items: Iterable[Any]) -> List[Any]:
+        results = []
+        for index, item in enumerate(items):
+            try:
+                for step in self.steps:
+                    item = step(item)
+            except (ValueError, KeyError) as exc:
+                self.failures.append(f"{{self.name}}[{{index}}]: {{exc}}")
+                continue
+            results.append(item)
+        return results
+
+    def __repr__(self) -> str:
+        return f"{Name}Pipeline(steps={{len(self.steps)}}, failures={{len(self.failures)}})"
+''',
+]
+
+TORCH_UTILITY = '''"""Model building blocks and tensor helpers (torch utility module {n}). No training here."""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def init_weights_{n}(module: nn.Module) -> None:
+    """Kaiming init for convolutions, zeros for biases, ones for norms."""
+    if isinstance(module, nn.Conv2d):
+        nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, (nn.BatchNorm2d, nn.LayerNorm)):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
+class Attention{n}(nn.Module):
+    def __init__(self, dim: int, heads: int = 8, dropout: float = 0.0):
+        super().__init__()
+        self.heads = heads
+        self.scale = (dim // heads) ** -0.5
+        self.qkv = nn.Linear(dim, dim * 3)
+        self.proj = nn.Linear(dim, dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = (q @ k.transpose(-2, -1)) * self.scale
+        attn = self.dropout(attn.softmax(dim=-1))
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+
+
+def cosine_schedule_{n}(step: int, total: int, base_lr: float, warmup: int = 100) -> float:
+    if step < warmup:
+        return base_lr * step / max(warmup, 1)
+    progress = (step - warmup) / max(total - warmup, 1)
+    return 0.5 * base_lr * (1 + math.cos(math.pi * progress))
+
+
+@torch.no_grad()
+def accuracy_{n}(output: torch.Tensor, target: torch.Tensor, topk=(1,)):
+    maxk = max(topk)
+    _, pred = output.topk(maxk, 1, True, True)
+    correct = pred.t().eq(target.view(1, -1).expand_as(pred.t()))
+    return [correct[:k].reshape(-1).float().sum(0) * 100.0 / target.size(0) for k in topk]
+'''
+
+SUBPACKAGES = ("data", "io", "serving", "features", "reports", "cli", "storage", "metrics", "text", "config")
+
+
+def _irrelevant(rng: random.Random, n: int, lines: int) -> str:
+    name = f"{rng.choice(SUBPACKAGES)}{n}"
+    fmt = {"name": name, "Name": name.title().replace("_", ""), "upper": name.upper(), "UPPER": name.upper()}
+    parts = [IRRELEVANT_HEADER.format(title=name.title(), n=n, limit=rng.randint(10, 5000), **fmt)]
+    count = parts[0].count("\n")
+    while True:
+        index = rng.randrange(len(IRRELEVANT_CHUNKS))
+        chunk_no = len(parts)
+        chunk = IRRELEVANT_CHUNKS[index].format(
+            name=f"{name}_{chunk_no}", Name=f"{fmt['Name']}{chunk_no}", upper=fmt["upper"], UPPER=fmt["UPPER"]
+        )
+        size = chunk.count("\n")
+        if count + size // 2 > lines and count >= 20:  # round to the nearest chunk: the total stays on target
+            break
+        parts.append(chunk)
+        count += size
+    return "".join(parts)
+
+
+def _training_script(rng: random.Random, lines: int, data_parallel: bool) -> str:
+    source = make_script(lines)
+    if data_parallel:
+        source = source.replace(
+            "    model = Net().to(device)\n",
+            "    model = Net().to(device)\n"
+            "    if torch.cuda.device_count() > 1:\n"
+            "        model = nn.DataParallel(model)\n",
+        )
+    return source
+
+
+def generate_corpus(root: Path, files: int, total_lines: int, relevant_share: float, seed: int) -> Tuple[Path, Path]:
+    """Write the corpus under `root`; return (one irrelevant file, the 1,000-line training script)."""
+    rng = random.Random(seed)
+    relevant = max(1, round(files * relevant_share))
+    scripts = max(1, relevant * 2 // 5)  # training scripts; the rest of the relevant files are torch utilities
+    written: List[Tuple[Path, str]] = []
+
+    big = root / "train.py"
+    written.append((big, make_script(1000)))
+    for i in range(1, scripts):
+        lines = rng.randint(150, 600)
+        written.append((root / "experiments" / f"exp{i:02d}" / "train.py", _training_script(rng, lines, i % 2 == 0)))
+    for i in range(relevant - scripts):
+        written.append((root / "src" / "proj" / "models" / f"blocks{i:02d}.py", TORCH_UTILITY.format(n=i)))
+
+    budget = total_lines - sum(text.count("\n") for _, text in written)
+    others = files - len(written)
+    weights = [rng.lognormvariate(0, 0.7) for _ in range(others)]
+    scale = budget / sum(weights)
+    sample: Optional[Path] = None
+    for i, weight in enumerate(weights):
+        lines = max(25, int(weight * scale))
+        package = SUBPACKAGES[i % len(SUBPACKAGES)]
+        folder = root / ("tests" if i % 7 == 0 else Path("src") / "proj" / package)
+        path = folder / (f"test_{package}_{i:03d}.py" if i % 7 == 0 else f"{package}_{i:03d}.py")
+        text = _irrelevant(rng, i, lines)
+        written.append((path, text))
+        if sample is None and 120 <= text.count("\n") <= 200:
+            sample = path
+    for path, text in written:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return sample or written[-1][0], big
+
+
+def corpus_stats(root: Path) -> Tuple[int, int, int]:
+    """(Python files, lines, files mentioning torch) under `root`."""
+    count = lines = relevant = 0
+    for path in root.rglob("*.py"):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        count += 1
+        lines += text.count("\n")
+        relevant += "torch" in text
+    return count, lines, relevant
+
+
+# --------------------------------------------------------------------------- measuring
+
+
 def best_and_median(samples):
     return min(samples), statistics.median(samples)
 
 
-def time_command(argv, repeat):
-    samples = []
+def _limit_cpus(cpus: Optional[List[int]]) -> Optional[Callable[[], None]]:
+    if not cpus:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
+def run_once(argv: Sequence[str], cpus: Optional[List[int]] = None, ok=(0,)) -> Tuple[float, Optional[int]]:
+    """(wall seconds, peak RSS in bytes or None) of one run of `argv`, output discarded."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_limit_cpus(cpus)
+    )
+    if hasattr(os, "wait4"):
+        _, status, usage = os.wait4(proc.pid, 0)
+        elapsed = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    else:  # pragma: no cover - Windows
+        proc.wait()
+        elapsed = time.perf_counter() - start
+        rss = None
+    if proc.returncode not in ok:
+        raise SystemExit(f"bench: {shlex.join(argv)} exited with status {proc.returncode}")
+    return elapsed, rss
+
+
+def _children_map() -> dict:
+    """{parent pid: [child pids]} from /proc."""
+    children: dict = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rfind(b")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    return children
+
+
+def _pss(pid: int) -> int:
+    """Proportional set size of `pid` in bytes (shared pages split between sharers), else RSS; 0 if gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as handle:
+            for line in handle:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        with open(f"/proc/{pid}/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def tree_memory(argv: Sequence[str], cpus: Optional[List[int]] = None, ok=(0,), interval=0.02) -> Optional[int]:
+    """Peak of the summed PSS of `argv`'s process tree (it and its workers), sampled; None without /proc.
+
+    A separate run, so the sampling does not slow down the timed ones.
+    """
+    if not os.path.exists("/proc/self/stat"):
+        return None
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_limit_cpus(cpus)
+    )
+    peak = 0
+    while proc.poll() is None:
+        children = _children_map()
+        tree, todo = [], [proc.pid]
+        while todo:
+            pid = todo.pop()
+            tree.append(pid)
+            todo.extend(children.get(pid, ()))
+        peak = max(peak, sum(_pss(pid) for pid in tree))
+        time.sleep(interval)
+    if proc.returncode not in ok:
+        raise SystemExit(f"bench: {shlex.join(argv)} exited with status {proc.returncode}")
+    return peak or None
+
+
+def time_command(argv, repeat, cpus=None, ok=(0,)):
+    """((best, median) wall seconds, peak RSS in bytes or None) over `repeat` runs."""
+    samples, peaks = [], []
     for _ in range(repeat):
-        start = time.perf_counter()
-        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        samples.append(time.perf_counter() - start)
-    return best_and_median(samples)
+        elapsed, rss = run_once(argv, cpus, ok)
+        samples.append(elapsed)
+        if rss is not None:
+            peaks.append(rss)
+    return best_and_median(samples), (max(peaks) if peaks else None)
 
 
 def time_engine(source, repeat):
@@ -92,13 +493,35 @@ def time_engine(source, repeat):
     return best_and_median(samples)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lines", type=int, default=1000)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--file", type=Path, help="benchmark this script instead of a generated one")
-    args = parser.parse_args()
+def tool_argv(extra: Sequence[str]) -> List[str]:
+    """How ddp-migrate is started: the console script when installed, else `python -m migrator`."""
+    script = shutil.which("ddp-migrate")
+    return [script, *extra] if script else [sys.executable, "-m", "migrator", *extra]
 
+
+def _rss(value: Optional[int]) -> str:
+    return f"{value / MIB:7.0f} MiB" if value is not None else "    n/a    "
+
+
+def _row(label, times, rss=None, target="", verdict=""):
+    best, median = times
+    print(f"{label:54} {best:8.3f}s {median:7.3f}s {_rss(rss)}  {target:24} {verdict}".rstrip())
+
+
+def _mib_verdict(value: Optional[int]) -> str:
+    return _verdict(value / MIB if value else None, 200)
+
+
+def _verdict(value: Optional[float], limit: float) -> str:
+    if value is None:
+        return ""
+    return "ok" if value < limit else "MISS"
+
+
+# --------------------------------------------------------------------------- modes
+
+
+def bench_script(args) -> None:
     source = args.file.read_text() if args.file else make_script(args.lines)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "train.py"
@@ -106,15 +529,122 @@ def main() -> None:
         n = source.count("\n")
         rows = [
             ("python -c pass", time_command([sys.executable, "-c", "pass"], args.repeat)),
-            (f"migrate() in-process, {n} lines", time_engine(source, args.repeat)),
+            (f"migrate() in-process, {n} lines", (time_engine(source, args.repeat), None)),
             (
                 f"ddp-migrate train.py ({n} lines), wall",
                 time_command([sys.executable, "-m", "migrator", str(path)], args.repeat),
             ),
         ]
-    print(f"{'what':48} {'best':>8} {'median':>8}")
-    for label, (best, median) in rows:
-        print(f"{label:48} {best:8.3f}s {median:7.3f}s")
+    print(f"{'what':54} {'best':>8} {'median':>8} {'peak RSS':>11}")
+    for label, (times, rss) in rows:
+        _row(label, times, rss)
+
+
+def bench_corpus(args) -> None:
+    extra = list(args.tool_arg)
+    cpus: Optional[List[int]] = None
+    available = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    if args.cpus and available is not None:
+        cpus = available[: args.cpus]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        samples_dir = tmp_path / "samples"
+        if args.corpus and Path(args.corpus).exists():
+            corpus = Path(args.corpus)
+            # (a) and (b) on the generator's kind of files, so they are comparable between corpora
+            samples_dir.mkdir()
+            irrelevant, relevant = samples_dir / "irrelevant.py", samples_dir / "train.py"
+            irrelevant.write_text(_irrelevant(random.Random(args.seed), 0, 150))
+            relevant.write_text(make_script(1000))
+            origin = "given"
+        else:
+            corpus = Path(args.corpus) if args.corpus else tmp_path / "corpus"
+            irrelevant, relevant = generate_corpus(corpus, args.files, args.total_lines, args.relevant_share, args.seed)
+            origin = "generated, kept" if args.corpus else "generated"
+        if args.file:
+            relevant = args.file
+        n_files, n_lines, n_torch = corpus_stats(corpus)
+        tool = tool_argv([])
+        print(f"corpus: {corpus} ({origin}): {n_files} Python files, {n_lines} lines, {n_torch} mention torch")
+        print(f"tool:   {shlex.join(tool + ['--check', *extra])}")
+        cpu_note = f"{len(cpus)} of {len(available)}" if cpus else f"all ({os.cpu_count()})"
+        print(f"CPUs:   {cpu_note}; {args.repeat} runs each (best, median); peak RSS is the largest of the runs")
+        print()
+
+        irrelevant_lines = irrelevant.read_text().count("\n")
+        relevant_lines = relevant.read_text().count("\n")
+        check = ["--check", *extra]
+        a_argv, b_argv, c_argv = (tool + check + [str(target)] for target in (irrelevant, relevant, corpus))
+        a = time_command(a_argv, args.repeat, cpus, ok=(0, 1))
+        b = time_command(b_argv, args.repeat, cpus, ok=(0, 1))
+        c = time_command(c_argv, args.repeat, cpus, ok=(0, 1))
+        trees = [tree_memory(argv, cpus, ok=(0, 1)) for argv in (a_argv, b_argv, c_argv)]
+
+        print(f"{'what':54} {'best':>8} {'median':>8} {'peak RSS':>11}  {'issue target':24} verdict (median)")
+        _row("python -c pass", *time_command([sys.executable, "-c", "pass"], args.repeat, cpus))
+        ruff = shutil.which("ruff")
+        if ruff:
+            ruff_argv = [ruff, "check", "--no-cache", "--select", "E9", str(corpus)]
+            _row("ruff check --no-cache --select E9 CORPUS", *time_command(ruff_argv, args.repeat, cpus, ok=(0, 1)))
+        else:
+            print(f"{'ruff check --select E9 CORPUS':54} (ruff is not installed)")
+        _row("ddp-migrate --version (start-up and imports)", *time_command(tool + ["--version"], args.repeat, cpus))
+        for label, (times, rss), target, limit in (
+            (f"(a) --check one irrelevant file ({irrelevant_lines} lines)", a, "< 0.1 s", 0.1),
+            (f"(b) --check one training script ({relevant_lines} lines)", b, "< 1.5 s", 1.5),
+            (f"(c) --check CORPUS ({n_files} files, {n_lines} lines)", c, "< 1.5 s on 2 cores", 1.5),
+        ):
+            _row(label, times, rss, target, _verdict(times[1], limit))
+        peaks = [rss for _, rss in (a, b, c) if rss is not None]
+        peak = max(peaks) if peaks else None
+        label = "(d) peak RSS of one process, largest of (a)-(c)"
+        print(f"{label:54} {'':8}  {'':7}  {_rss(peak)}  {'< 200 MiB':24} {_mib_verdict(peak)}".rstrip())
+        known = [tree for tree in trees if tree is not None]
+        if known:
+            tree = max(known)
+            which = "abc"[trees.index(tree)]
+            label = f"(d) peak PSS of the process tree, workers summed ({which})"
+            print(f"{label:54} {'':8}  {'':7}  {_rss(tree)}  {'< 200 MiB':24} {_mib_verdict(tree)}".rstrip())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lines", type=int, default=1000, help="size of the generated script (default mode)")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per measurement (default 5)")
+    parser.add_argument("--file", type=Path, help="benchmark this script instead of a generated one (both modes: (b))")
+    corpus = parser.add_argument_group("--corpus mode")
+    corpus.add_argument(
+        "--corpus",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="DIR",
+        help="measure a whole repository: DIR if it exists, else generate one (into DIR when given, kept)",
+    )
+    corpus.add_argument("--files", type=int, default=500, help="files in a generated corpus (default 500)")
+    corpus.add_argument("--total-lines", type=int, default=74000, help="lines in a generated corpus (default 74000)")
+    corpus.add_argument(
+        "--relevant-share",
+        type=float,
+        default=0.05,
+        help="share of training scripts and torch utilities (default 0.05)",
+    )
+    corpus.add_argument("--seed", type=int, default=0, help="seed of the generator (default 0)")
+    corpus.add_argument(
+        "--cpus", type=int, default=2, help="limit the commands to this many CPUs (default 2; 0: no limit)"
+    )
+    corpus.add_argument(
+        "--tool-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for ddp-migrate, repeatable (e.g. --tool-arg=--jobs --tool-arg=2)",
+    )
+    args = parser.parse_args()
+    if args.corpus is None:
+        bench_script(args)
+    else:
+        bench_corpus(args)
 
 
 if __name__ == "__main__":

@@ -66,6 +66,8 @@ def fake_migrate(source: str, options: Optional[Options] = None) -> Result:
 @pytest.fixture
 def fake_engine(monkeypatch):
     monkeypatch.setattr(cli_module, "migrate", fake_migrate)
+    # The CLI skips files the real engine would leave alone; the fake's words are its own.
+    monkeypatch.setattr(cli_module, "PYTHON_RELEVANT", (*cli_module.PYTHON_RELEVANT, MARKER, "ADVISE", "NOTE"))
     return fake_migrate
 
 
@@ -111,7 +113,7 @@ def test_one_file_no_flag_prints_the_migrated_source(project, fake_engine):
     assert result.stdout == SCRIPT.replace(MARKER, MIGRATED)
     assert (project / "train.py").read_text() == SCRIPT  # nothing written
     assert lines(result.stderr) == [
-        "train.py:5:10 DDP001 replaced single_gpu",
+        "train.py:5:10 DDP001 [*] replaced single_gpu",
         "1 file would be migrated",
     ]
 
@@ -265,7 +267,7 @@ def test_in_place_writes_changed_files_only(project, fake_engine):
     assert (project / "a.py").read_text() == SCRIPT.replace(MARKER, MIGRATED)
     assert clean.read_text() == CLEAN and clean.stat().st_mtime_ns == before
     assert lines(result.stderr) == [
-        "a.py:5:10 DDP001 replaced single_gpu",
+        "a.py:5:10 DDP001 [*] replaced single_gpu",
         "migrated a.py",
         "1 file migrated, 1 left unchanged",
     ]
@@ -331,7 +333,7 @@ def test_check_shows_changes_and_status_but_no_diff(project, fake_engine):
     assert result.exit_code == 1
     assert result.stdout == ""
     assert lines(result.stderr) == [
-        "a.py:5:10 DDP001 replaced single_gpu",
+        "a.py:5:10 DDP001 [*] replaced single_gpu",
         "would migrate a.py",
         "1 file would be migrated",
     ]
@@ -406,7 +408,7 @@ def test_internal_error_is_one_line_and_the_run_continues(project, monkeypatch):
         return fake_migrate(source, options)
 
     monkeypatch.setattr(cli_module, "migrate", flaky)
-    write(project / "bad.py", "boom = 1\n")
+    write(project / "bad.py", "import torch\nboom = 1\n")
     write(project / "a.py", SCRIPT)
     result = invoke("--in-place", "bad.py", "a.py")
     assert result.exit_code == 2
@@ -661,10 +663,10 @@ def test_check_of_a_directory_routes_launcher_files_to_the_launcher(project, fak
     result = invoke("--check", ".")
     assert result.exit_code == 1
     err = lines(result.stderr)
-    assert "scripts/dist_train.sh:3:1 DDP201 `python -m torch.distributed.launch` becomes `torchrun`" in err
-    assert "scripts/dist_train.sh:3:55 DDP202 `--use_env` dropped: torchrun always sets LOCAL_RANK" in err
+    assert "scripts/dist_train.sh:3:1 DDP201 [*] `python -m torch.distributed.launch` becomes `torchrun`" in err
+    assert "scripts/dist_train.sh:3:55 DDP202 [*] `--use_env` dropped: torchrun always sets LOCAL_RANK" in err
     assert "would migrate bin/launch" in err and "would migrate Dockerfile" in err
-    assert "train.py:5:10 DDP001 replaced single_gpu" in err  # Python still goes to the Python engine
+    assert "train.py:5:10 DDP001 [*] replaced single_gpu" in err  # Python still goes to the Python engine
     assert err[-1] == "7 files would be migrated, 1 left unchanged"
     assert (project / "scripts" / "dist_train.sh").read_text() == LAUNCH_SH
 
@@ -747,8 +749,8 @@ def test_explicit_extensionless_file_is_python_unless_a_shell_script(project, fa
     result = invoke("--check", "train", "launch")
     assert result.exit_code == 1
     err = lines(result.stderr)
-    assert "train:5:10 DDP001 replaced single_gpu" in err
-    assert "launch:3:1 DDP201 `python -m torch.distributed.launch` becomes `torchrun`" in err
+    assert "train:5:10 DDP001 [*] replaced single_gpu" in err
+    assert "launch:3:1 DDP201 [*] `python -m torch.distributed.launch` becomes `torchrun`" in err
 
 
 def test_launcher_file_that_is_not_utf8_is_a_parse_error(project):
@@ -757,3 +759,270 @@ def test_launcher_file_that_is_not_utf8_is_a_parse_error(project):
     result = invoke("--check", "run.sh", "ok.sh")
     assert result.exit_code == 3
     assert "run.sh:2:8: cannot parse: byte(s) e9 are not valid utf-8" in lines(result.stderr)
+
+
+# --------------------------------------------------------------------------- inline suppression (real engine)
+
+from migrator.rules import RULES_BY_CODE  # noqa: E402
+
+WRAP_EXAMPLE = RULES_BY_CODE["DDP003"].examples[0].before
+
+
+def _line_of(source: str, code: str) -> int:
+    return next(c.line for c in real_migrate(source).changes if c.code == code)
+
+
+def _with_comment(source: str, line: int, comment: str) -> str:
+    rows = source.split("\n")
+    rows[line - 1] += "  " + comment
+    return "\n".join(rows)
+
+
+def test_a_suppressed_fix_turns_its_rule_off_for_the_file():
+    line = _line_of(WRAP_EXAMPLE, "DDP003")
+    source = _with_comment(WRAP_EXAMPLE, line, "# ddp-migrate: ignore[DDP003]")
+    result = real_migrate(source)
+    assert "DDP003" not in [c.code for c in result.changes]
+    assert result.code == real_migrate(source, Options(ignore=("DDP003",))).code  # consistent: the engine's own output
+    assert "DDP001" in [c.code for c in result.changes]  # other rules still apply
+    ast.parse(result.code)
+
+
+@pytest.mark.parametrize(
+    "comment",
+    ["# ddp-migrate: ignore[wrap-model]", "# ddp-migrate: ignore[DDP0]", "# ddp-migrate: ignore", "#ddp-migrate:ignore[ddp003, DDP999]"],
+    ids=["name", "prefix", "bare", "spacing-case-unknown"],
+)
+def test_suppression_accepts_codes_prefixes_names_and_bare(comment):
+    line = _line_of(WRAP_EXAMPLE, "DDP003")
+    result = real_migrate(_with_comment(WRAP_EXAMPLE, line, comment))
+    assert "DDP003" not in [c.code for c in result.changes]
+
+
+def test_a_directive_elsewhere_or_in_a_string_suppresses_nothing():
+    line = _line_of(WRAP_EXAMPLE, "DDP003")
+    other_line = _with_comment(WRAP_EXAMPLE, line + 1, "# ddp-migrate: ignore[DDP003]")
+    assert "DDP003" in [c.code for c in real_migrate(other_line).changes]
+    from migrator import suppress
+
+    in_strings = 'x = "# ddp-migrate: ignore"\ny = """\n# ddp-migrate: ignore\n"""  # ddp-migrate: ignore[DDP0, x]\n'
+    assert suppress.python_suppressions(in_strings) == {4: frozenset({"DDP0", "x"})}
+    other_code = _with_comment(WRAP_EXAMPLE, line, "# ddp-migrate: ignore[DDP010]")
+    assert "DDP003" in [c.code for c in real_migrate(other_code).changes]
+
+
+def test_a_suppressed_diagnostic_is_dropped_on_its_line_only():
+    rule = next(r for r in migrator.RULES if r.code.startswith("DDP1") and r.examples and r.examples[0].diagnostics)
+    source = rule.examples[0].before
+    found = [d for d in real_migrate(source).diagnostics if d.code == rule.code]
+    assert found
+    silenced = _with_comment(source, found[0].line, f"# ddp-migrate: ignore[{rule.code}]")
+    left = [d for d in real_migrate(silenced).diagnostics if d.code == rule.code]
+    assert [d.line for d in left] == [d.line for d in found[1:]]
+
+
+def test_suppression_in_a_launcher_file(project):
+    script = "#!/bin/bash\npython -m torch.distributed.launch --nproc_per_node=2 train.py --local_rank=0  # ddp-migrate: ignore[DDP203]\n"
+    write(project / "run.sh", script)
+    result = invoke("--check", "run.sh")
+    assert "DDP203" not in result.stderr and "DDP201" in result.stderr
+    assert "--local_rank=0" in invoke("run.sh").stdout
+    write(project / "all.sh", "python -m torch.distributed.launch --use_env train.py # ddp-migrate: ignore\n")
+    assert invoke("--check", "all.sh").exit_code == 0
+
+
+# --------------------------------------------------------------------------- --list-rules, --explain
+
+
+def test_list_rules_plain_when_piped():
+    result = invoke("--list-rules")
+    assert result.exit_code == 0
+    rows = lines(result.stdout)
+    assert rows[0].split() == ["code", "name", "fixable", "summary"]
+    assert len(rows) == 1 + len(migrator.RULES)
+    for row, rule in zip(rows[1:], migrator.RULES):
+        assert row.split()[:3] == [rule.code, rule.name, "yes" if rule.fixable else "no"]
+        assert row.endswith(rule.summary)
+    assert "\x1b[" not in result.stdout
+
+
+def test_list_rules_is_a_table_on_a_terminal():
+    result = invoke("--list-rules", "--color", "always")
+    assert result.exit_code == 0
+    assert "\x1b[" in result.stdout and "DDP003" in result.stdout
+
+
+@pytest.mark.parametrize("wanted", ["DDP003", "ddp003", "wrap-model"])
+def test_explain_prints_the_rules_own_text(wanted):
+    result = invoke("--explain", wanted)
+    assert result.exit_code == 0
+    assert result.stdout == RULES_BY_CODE["DDP003"].explain()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--explain", "DDP999"], "Error: --explain: unknown rule code or name 'DDP999'"),
+        (["--explain", "DDP0"], "Error: --explain: 'DDP0' is a prefix of several rules; give one code or name"),
+    ],
+)
+def test_explain_unknown_is_a_one_line_usage_error(args, message):
+    result = invoke(*args)
+    assert result.exit_code == 2
+    (line,) = lines(result.stderr)
+    assert line.startswith(message)
+
+
+def test_explain_fences_use_the_rules_example_language():
+    import dataclasses
+
+    rule = dataclasses.replace(RULES_BY_CODE["DDP201"], example_language="bash")
+    assert "```bash\n" in rule.explain() and "```python" not in rule.explain()
+    assert "```python\n" in RULES_BY_CODE["DDP003"].explain()
+
+
+@pytest.mark.parametrize("args", [["--list-rules", "a.py"], ["--explain", "DDP003", "a.py"], ["--list-rules", "--explain", "DDP003"]])
+def test_list_rules_and_explain_go_alone(project, args):
+    write(project / "a.py", SCRIPT)
+    assert invoke(*args).exit_code == 2
+
+
+def test_no_path_is_a_usage_error():
+    result = invoke()
+    assert result.exit_code == 2
+    assert "Missing argument 'PATH...'" in result.stderr
+
+
+# --------------------------------------------------------------------------- colour without rich
+
+
+def test_findings_are_coloured_with_plain_ansi():
+    import io
+
+    from migrator import render
+
+    stream = io.StringIO()
+    console = render.make_console("always", file=stream)
+    render.print_change(console, "a.py", Change("DDP003", 3, 5, "wrapped"))
+    assert stream.getvalue() == "\x1b[1ma.py:3:5\x1b[0m \x1b[1;31mDDP003\x1b[0m \x1b[36m[*]\x1b[0m wrapped\n"
+    plain = io.StringIO()
+    render.print_change(render.make_console("never", file=plain), "a.py", Change("DDP003", 3, 5, "wrapped"))
+    assert plain.getvalue() == "a.py:3:5 DDP003 [*] wrapped\n"
+
+
+@pytest.mark.parametrize(
+    "env, tty, styled",
+    [
+        ({}, True, True),
+        ({}, False, False),
+        ({"NO_COLOR": "1"}, True, False),
+        ({"FORCE_COLOR": "1"}, False, True),
+        ({"TERM": "dumb"}, True, False),
+        ({"TTY_COMPATIBLE": "0"}, True, False),
+        ({"TTY_COMPATIBLE": "1"}, False, True),
+    ],
+)
+def test_auto_colour_follows_the_environment(monkeypatch, env, tty, styled):
+    import io
+
+    from migrator import render
+
+    for name in ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+    class Stream(io.StringIO):
+        def isatty(self):
+            return tty
+
+    assert render.make_console("auto", file=Stream()).styled is styled
+
+
+# --------------------------------------------------------------------------- start-up: nothing heavy for irrelevant files
+
+HEAVY = ("libcst", "rich", "pathspec", "migrator.api", "migrator.rules", "migrator.launcher", "tomllib", "concurrent.futures")
+
+PROBE = """
+import sys
+from migrator.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as exit:
+    code = exit.code
+print(code, [name for name in {heavy!r} if name in sys.modules], file=sys.stderr)
+"""
+
+
+def _heavy_imports(cwd: Path, *args: str):
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE")}
+    probe = subprocess.run(
+        [sys.executable, "-c", PROBE.format(heavy=HEAVY), *args], cwd=cwd, capture_output=True, text=True, env=env
+    )
+    code, loaded = probe.stderr.strip().splitlines()[-1].split(" ", 1)
+    return int(code), ast.literal_eval(loaded), probe.stderr
+
+
+def test_a_commit_of_irrelevant_files_imports_no_engine(project):
+    (project / ".git").mkdir()
+    write(project / "pyproject.toml", '[project]\nname = "x"\n')
+    write(project / "util.py", "import os\n\nprint(os.getcwd())\n")
+    write(project / "notes.md", "# Notes\n\nRun `python train.py`.\n")
+    write(project / "run.sh", "#!/bin/bash\npython train.py\n")
+    code, loaded, stderr = _heavy_imports(project, "--check", "util.py")
+    assert (code, loaded) == (0, []), stderr
+    code, loaded, stderr = _heavy_imports(project, "--check", "--force-exclude", "util.py", "notes.md", "run.sh")
+    assert code == 0 and not set(loaded) & {"libcst", "rich", "pathspec", "migrator.api", "migrator.rules"}, stderr
+
+
+def test_a_relevant_file_loads_the_engine(project):
+    write(project / "train.py", SCRIPT)
+    code, loaded, stderr = _heavy_imports(project, "--check", "train.py")
+    assert "libcst" in loaded and "rich" not in loaded, stderr
+
+
+# --------------------------------------------------------------------------- --jobs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _jobs_tree(root: Path) -> List[str]:
+    """Real fixtures (enough to start a pool), a launcher file, a clean and a broken file."""
+    names = []
+    inputs = sorted((ROOT / "fixtures").glob("*/input.py"), key=lambda p: (p.stat().st_size, p.parent.name))
+    for script in inputs[: cli_module.POOL_MIN_FILES + 1]:  # the smallest: the test is about order, not speed
+        name = f"{script.parent.name}.py"
+        (root / name).write_bytes(script.read_bytes())
+        names.append(name)
+    write(root / "run.sh", LAUNCH_SH)
+    write(root / "clean.py", CLEAN)
+    write(root / "old.py", PY2)
+    return names
+
+
+@pytest.mark.parametrize("flags", [["--check", "--diff"], ["--check", "--output-format", "json"]], ids=str)
+def test_jobs_output_is_identical_to_one_job(project, monkeypatch, flags):
+    assert len(_jobs_tree(project)) >= cli_module.POOL_MIN_FILES
+    pools = []
+    real_pool = cli_module._pool
+    monkeypatch.setattr(cli_module, "_pool", lambda n: pools.append(n) or real_pool(n))
+    one = invoke(*flags, "--jobs", "1", ".")
+    assert pools == []
+    many = invoke(*flags, "--jobs", "3", ".")
+    assert pools == [3]
+    assert (many.exit_code, many.stdout_bytes, many.stderr) == (one.exit_code, one.stdout_bytes, one.stderr)
+    assert one.exit_code == 3
+    assert one.stdout.count("--- a/" if "--diff" in flags else '"changed": true') >= 3
+
+
+def test_jobs_in_place_writes_the_same_files(project, tmp_path_factory, monkeypatch):
+    names = _jobs_tree(project)
+    other = tmp_path_factory.mktemp("other")
+    _jobs_tree(other)
+    one = invoke("--in-place", "--jobs", "1", ".")
+    monkeypatch.chdir(other)
+    many = invoke("--in-place", "--jobs", "4", ".")
+    assert (many.exit_code, many.stderr) == (one.exit_code, one.stderr)
+    for name in [*names, "run.sh", "clean.py", "old.py"]:
+        assert (other / name).read_bytes() == (project / name).read_bytes(), name

@@ -6,10 +6,13 @@ is edited). For every training fixture:
   test_migrated_fixture_trains_under_torchrun   world size 2, DDP wrap, identical parameters
       across ranks, clean shutdown, disjoint covering DistributedSampler shards every epoch
       (evaluation loaders unsharded), reshuffled every epoch, each checkpoint written by rank 0
-      only. A fixture.toml `runtime_skip = {check = "why"}` table skips named checks.
+      only.
   test_migrated_fixture_saves_original_keys     input.py run once as a plain process saves
       the same files with the same (nested) state_dict keys; skipped when the migration
       changed nothing or fixture.toml says `original_runs_on_cpu = false`.
+
+A fixture.toml table `runtime_skip = {check_name = "why it cannot hold here"}` skips named
+checks (the names in checks.assert_trains_correctly_under_ddp, or "same_saved_keys").
 
 Both tests share one torchrun run per fixture. The self-tests at the bottom prove each
 property can fail. Deselect with `-m "not runtime"` for the fast suite.
@@ -46,6 +49,7 @@ if importlib.util.find_spec("torch") is None and not os.environ.get("CI"):
     pytest.skip("torch is not installed (pip install -e '.[test]')", allow_module_level=True)
 
 RUNTIME_CASES = [case for case in fixture_cases.discover() if case.runs_under_torchrun]
+KEYS_CHECK = "same_saved_keys"
 SCRIPT_NAME = "train.py"  # both the original and the migrated copy, for scripts naming outputs by __file__
 
 _TORCHRUN_REPORTS: Dict[str, RunReport] = {}
@@ -65,8 +69,9 @@ def torchrun_report(case: fixture_cases.FixtureCase, tmp_path_factory: pytest.Te
 def test_migrated_fixture_trains_under_torchrun(case: fixture_cases.FixtureCase,
                                                 tmp_path_factory: pytest.TempPathFactory) -> None:
     report = torchrun_report(case, tmp_path_factory)
-    notes = assert_trains_correctly_under_ddp(report, nproc=2, skip=case.runtime_skip)
-    for name, reason in case.runtime_skip.items():
+    skip = {name: why for name, why in case.runtime_skip.items() if name != KEYS_CHECK}
+    notes = assert_trains_correctly_under_ddp(report, nproc=2, skip=skip)
+    for name, reason in skip.items():
         notes[name] = f"skipped by fixture.toml: {reason}"
     print(f"{case.name}: torchrun run {report.duration_s:.1f}s")  # shown with -rP
     for name, note in notes.items():
@@ -78,6 +83,8 @@ def test_migrated_fixture_saves_original_keys(case: fixture_cases.FixtureCase,
                                               tmp_path_factory: pytest.TempPathFactory) -> None:
     if case.expected_path_or_none is None:
         pytest.skip("no migration: input.py is the script under test, nothing to compare with")
+    if KEYS_CHECK in case.runtime_skip:
+        pytest.skip(f"fixture.toml runtime_skip: {case.runtime_skip[KEYS_CHECK]}")
     if not case.original_runs_on_cpu:
         pytest.skip("fixture.toml: original_runs_on_cpu = false (the original input.py cannot run on a "
                     "CPU-only machine), so there are no original checkpoints to compare keys with")
@@ -206,7 +213,9 @@ def test_self_correct_ddp_script_passes(tmp_path: Path) -> None:
     report = run_torchrun(ddp_script(tmp_path, "good"), tmp_path / "run")
     notes = assert_trains_correctly_under_ddp(report, nproc=2)
     assert "DataLoader #0 over TensorDataset(len=33)" in notes["disjoint_shards"], notes
-    assert notes["reshuffled_each_epoch"] == "reshuffled every epoch", notes
+    assert notes["disjoint_shards"].endswith("DataLoader #1 over TensorDataset(len=10) with SequentialSampler, "
+                                             "batch_size=4: not sharded, whole dataset on every rank"), notes
+    assert notes["reshuffled_each_epoch"].endswith(": reshuffled every epoch"), notes
     assert_same_saved_keys(report, original_report(tmp_path))
 
     # Records the next checks build on: checkpoints, sampler shards, set_epoch.
@@ -239,8 +248,24 @@ def test_self_correct_ddp_script_passes(tmp_path: Path) -> None:
 def test_self_training_loader_without_distributed_sampler_is_detected(tmp_path: Path) -> None:
     report = run_torchrun(ddp_script(tmp_path, "no_sampler", sampler=False), tmp_path / "run")
     assert_trains_correctly_under_ddp(report, skip={"disjoint_shards"})
-    message = expect_failure(assert_disjoint_shards, report, match="not sharded")
-    assert "gives ranks [0, 1] the same samples (33 of 33 shared in pass 0)" in message, message
+    message = expect_failure(assert_disjoint_shards, report, match="the training data is not sharded")
+    assert message.startswith("DataLoader #0 over TensorDataset(len=33) with RandomSampler, batch_size=4 "
+                              "feeds training (18 optimizer steps on its batches on rank 0) but has no "
+                              "DistributedSampler"), message
+    assert "in pass 0 rank 0 drew 33 distinct of 33 samples, and ranks [0, 1] share 33 of them" in message
+
+
+def test_self_sampler_on_the_evaluation_loader_only_is_detected(tmp_path: Path) -> None:
+    # The migration sharded the wrong loader: the evaluation loader got the DistributedSampler.
+    script = ddp_script(tmp_path, "wrong_loader", sampler=False)
+    text = _edit(script.read_text(), "DataLoader(TensorDataset(torch.randn(10, 4, generator=g)), batch_size=4)",
+                 "DataLoader(TensorDataset(torch.randn(10, 4, generator=g)), batch_size=4, "
+                 "sampler=DistributedSampler(TensorDataset(torch.randn(10, 4)), shuffle=False))")
+    script.write_text(text)
+    report = run_torchrun(script, tmp_path / "run")
+    assert_clean_exit(report)
+    expect_failure(assert_disjoint_shards, report,
+                   match="with RandomSampler, batch_size=4 feeds training (18 optimizer steps")
 
 
 def test_self_missing_set_epoch_is_detected(tmp_path: Path) -> None:
@@ -345,6 +370,14 @@ for epoch in range(2):
     for x, y in loader:
         model(x)
 torch.save(model.state_dict(), "model.pt")
+# a DistributedSampler (explicit replicas: no process group) with interleaved passes, as in
+# step-based loops that evaluate on the training loader: each pass keeps its own shard
+from torch.utils.data.distributed import DistributedSampler
+sharded = DataLoader(ds, batch_size=2, sampler=DistributedSampler(ds, num_replicas=2, rank=0, seed=3))
+outer = iter(sharded)
+for x, y in sharded:
+    break
+next(outer)
 """
 
 
@@ -364,4 +397,7 @@ def test_self_single_process_run_is_recorded(tmp_path: Path) -> None:
     persistent = report.loader_iterations(0, loader=1)
     assert [it["indices"] for it in persistent] == [list(range(10))] * 2
     assert [it["batches"] for it in persistent] == [3, 3]
+    outer, inner = report.loader_iterations(0, loader=2)  # pass 0 drew its first batch last
+    assert outer["shard"] == inner["shard"] and len(outer["shard"]) == 5
+    assert outer["indices"] == inner["indices"] == outer["shard"][:2]
     assert report.record(0)["probe_errors"] == []

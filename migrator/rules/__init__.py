@@ -13,6 +13,7 @@ from migrator.launcher import LAUNCHER_RULES
 from migrator.rule import Rule
 from migrator.rules import (
     advisories,
+    caveats,
     device,
     launch_calls,
     local_rank,
@@ -43,6 +44,9 @@ FIXERS: Tuple[Tuple[Rule, Planner], ...] = (
     (launch_calls.RULE, launch_calls.plan),
 )
 
+# Report-only planners: they add diagnostics, never edits.
+REPORTERS: Tuple[Tuple[Tuple[Rule, ...], Planner], ...] = ((caveats.RULES, caveats.plan),)
+
 # Launcher files (shell, Make, YAML, Dockerfile, Markdown) share the codes and the registry.
-RULES: Tuple[Rule, ...] = tuple(rule for rule, _ in FIXERS) + advisories.RULES + LAUNCHER_RULES
+RULES: Tuple[Rule, ...] = tuple(rule for rule, _ in FIXERS) + advisories.RULES + caveats.RULES + LAUNCHER_RULES
 RULES_BY_CODE: Dict[str, Rule] = {rule.code: rule for rule in RULES}

@@ -57,6 +57,7 @@ def launch(n):
 
 _PLACEHOLDER = "${{__ddp_migrate_{}}}"
 _PLACEHOLDER_RE = re.compile(r"\$\{__ddp_migrate_(\d+)\}")
+_LAUNCH_COMMAND = re.compile(r"-m\s+torch\.distributed\.launch\b")
 
 
 def plan(facts: ScriptFacts, plan: Plan) -> None:
@@ -80,18 +81,40 @@ def _plan_string(facts: ScriptFacts, plan: Plan, node: cst.BaseExpression) -> No
     new_text = rewrite_command_string(text)
     line, col = facts.line_col(node)
     if new_text is None:
-        if "torch.distributed.launch" in text:
+        if _LAUNCH_COMMAND.search(text):  # a command, not prose that names the module
             plan.diagnostics.append(Diagnostic(PYTHON_LAUNCH_UNSAFE.code, line, col, PYTHON_LAUNCH_UNSAFE.summary))
         return
     prefix, quote = _prefix_and_quote(node)
+    if fields and "f" not in prefix.lower():
+        prefix += "f"  # a concatenation with f-string parts becomes one f-string
     body = _PLACEHOLDER_RE.sub(lambda match: fields[int(match.group(1))], new_text)
-    new = cst.parse_expression(f"{prefix}{quote}{body}{quote}")
+    new = cst.parse_expression(f"{prefix}{quote}{body}{quote}").with_changes(lpar=node.lpar, rpar=node.rpar)
     plan.replace(node, lambda _: new)
     plan.changes.append(Change(RULE.code, line, col, "launch command rewritten for torchrun"))
 
 
 def _string_text(node: cst.BaseExpression):
-    """The literal's source text between its quotes, with f-string fields as placeholders."""
+    """The literal's source text between its quotes, with f-string fields as placeholders.
+
+    An implicit concatenation (`"python -m torch.distributed.launch ... " "train.py --local_rank=0"`)
+    is one command: its parts are read as one text, and written back as one literal.
+    """
+    if isinstance(node, cst.ConcatenatedString):
+        parts = _concatenated_parts(node)
+        if parts is None:
+            return None, []
+        texts, fields = [], []
+        any_f = any(isinstance(p, cst.FormattedString) for p in parts)
+        for part in parts:
+            text, part_fields = _string_text(part)
+            if text is None:
+                return None, []
+            if any_f and isinstance(part, cst.SimpleString):
+                text = text.replace("{", "{{").replace("}", "}}")
+            text = _PLACEHOLDER_RE.sub(lambda match: _PLACEHOLDER.format(int(match.group(1)) + len(fields)), text)
+            texts.append(text)
+            fields += part_fields
+        return "".join(texts), fields
     if isinstance(node, cst.SimpleString):
         return node.raw_value, []
     if isinstance(node, cst.FormattedString):
@@ -106,7 +129,24 @@ def _string_text(node: cst.BaseExpression):
     return None, []
 
 
+def _concatenated_parts(node: cst.ConcatenatedString):
+    """The parts of a concatenation, when they share one quote style and no prefix but f."""
+    parts, current = [], node
+    while isinstance(current, cst.ConcatenatedString):
+        parts.append(current.left)
+        current = current.right
+    parts.append(current)
+    quotes = {_prefix_and_quote(p)[1] for p in parts if isinstance(p, (cst.SimpleString, cst.FormattedString))}
+    prefixes = {_prefix_and_quote(p)[0].lower().replace("f", "") for p in parts if isinstance(p, (cst.SimpleString, cst.FormattedString))}
+    if len(quotes) != 1 or prefixes - {""} or not all(isinstance(p, (cst.SimpleString, cst.FormattedString)) for p in parts):
+        return None
+    return parts
+
+
 def _prefix_and_quote(node: cst.BaseExpression):
+    if isinstance(node, cst.ConcatenatedString):
+        first = _concatenated_parts(node)[0]  # type: ignore[index]
+        return _prefix_and_quote(first)
     if isinstance(node, cst.SimpleString):
         return node.prefix, node.quote
     return node.start[:-len(node.end)], node.end  # type: ignore[attr-defined]

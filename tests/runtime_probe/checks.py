@@ -39,6 +39,15 @@ def assert_all_ranks_recorded(report: RunReport, nproc: int = 2) -> None:
         _fail(report, f"no probe record from rank(s) {missing} (a process died before exit, or called os._exit)")
 
 
+def assert_probe_ok(report: RunReport) -> None:
+    """The probe recorded everything (a probe error would leave the other checks blind)."""
+    for rank in report.ranks:
+        errors = report.record(rank).get("probe_errors") or []
+        if errors:
+            _fail(report, f"the runtime probe failed on rank {rank} (a harness bug, not the script's): "
+                          f"{errors[0].strip().splitlines()[-1]}")
+
+
 def assert_world(report: RunReport, nproc: int = 2) -> None:
     """Every rank initialised the default process group once, with world size nproc and its own RANK."""
     seen = set()
@@ -145,14 +154,34 @@ def _order(iteration: dict) -> List[int]:
     return list(iteration["shard"]) if "shard" in iteration else list(iteration.get("indices") or [])
 
 
+def _training_steps(loader: dict) -> int:
+    """Optimizer steps taken while this loader had drawn the latest batch: > 0 for a loader
+    that feeds training, 0 for evaluation."""
+    return sum(it.get("optimizer_steps", 0) for it in loader.get("iterations", []))
+
+
 def _check_unsharded_loader(report: RunReport, rank: int, loader: dict, notes: List[str]) -> None:
-    """A loader without a DistributedSampler (evaluation) gives every rank the whole dataset."""
+    """A loader without a DistributedSampler must be an evaluation loader (no optimizer steps
+    on its batches), and it gives every rank the whole dataset."""
     desc = _describe_loader(loader)
     n = loader.get("dataset_len")
     passes = [(k, it) for k, it in enumerate(loader.get("iterations", [])) if _indexed(it)]
     if n is None or not passes:
-        notes.append(f"rank {rank} {desc}: no indices (IterableDataset?), coverage not observable")
+        notes.append(f"{desc}: no indices (IterableDataset?), sharding not observable")
         return
+    steps = _training_steps(loader)
+    if steps:
+        k, first = passes[0]
+        same = [_order(it) for r in report.ranks
+                for l in report.loaders(r)[loader.get("index"):loader.get("index") + 1]
+                if l.get("sampler_index") is None and l.get("dataset_class") == loader.get("dataset_class")
+                for it in l.get("iterations", [])[k:k + 1]]
+        shared = set.intersection(*(set(o) for o in same)) if len(same) == len(report.ranks) else None
+        _fail(report, f"{desc} feeds training ({steps} optimizer steps on its batches on rank {rank}) but has "
+                      f"no DistributedSampler, so the training data is not sharded: in pass {k} rank {rank} drew "
+                      f"{len(set(first['indices']))} distinct of {n} samples"
+                      + (f", and ranks {report.ranks} share {len(shared)} of them" if shared is not None else "")
+                      + "; give the training loader sampler=DistributedSampler(dataset)")
     exhaustive = (loader.get("sampler_class") in ("SequentialSampler", "RandomSampler")
                   and not loader.get("sampler_replacement") and loader.get("sampler_len") in (None, n))
     batch = loader.get("batch_size")
@@ -169,15 +198,17 @@ def _check_unsharded_loader(report: RunReport, rank: int, loader: dict, notes: L
         if repeated:
             _fail(report, f"{where}: indices drawn more than once in one pass: {_short(repeated)}")
         if len(indices) < full:
-            notes.append(f"rank {rank} {desc}: pass {k} stopped after {len(indices)} of {full} samples "
+            notes.append(f"{desc}: pass {k} on rank {rank} stopped after {len(indices)} of {full} samples "
                          "(the loop breaks early), coverage not checked")
             continue
         if not loader.get("drop_last") and set(indices) != set(range(n)):
             _fail(report, f"{where}: this loader has no DistributedSampler, so every rank must see the "
                           f"whole dataset, but it missed {_short(sorted(set(range(n)) - set(indices)))}")
     if not exhaustive:
-        notes.append(f"rank {rank} {desc}: sampler {loader.get('sampler_class')} need not cover the "
+        notes.append(f"{desc}: sampler {loader.get('sampler_class')} need not cover the "
                      "dataset, only the index range was checked")
+    else:
+        notes.append(f"{desc}: not sharded, whole dataset on every rank")
 
 
 def assert_disjoint_shards(report: RunReport, nproc: int = 2) -> str:
@@ -186,8 +217,9 @@ def assert_disjoint_shards(report: RunReport, nproc: int = 2) -> str:
     For each loader with a DistributedSampler (paired across ranks in order), in every pass
     (epoch) the ranks' shards interleave back into one permutation of the dataset, padded (when
     the sampler's drop_last is False) by repeating its first total_size - N indices: so the
-    shards are disjoint but for that padding and together cover the dataset. Loaders without
-    a DistributedSampler (evaluation) must give every rank the whole dataset. Returns a note.
+    shards are disjoint but for that padding and together cover the dataset. A loader without
+    a DistributedSampler must not feed training (no optimizer step on its batches) and must
+    give every rank the whole dataset (evaluation). Returns a note.
     """
     ranks = report.ranks
     notes: List[str] = []
@@ -197,18 +229,9 @@ def assert_disjoint_shards(report: RunReport, nproc: int = 2) -> str:
 
     sharded = {rank: _sharded_loaders(report, rank) for rank in ranks}
     if not any(sharded.values()):
-        seen = {rank: [l for l in _unsharded_loaders(report, rank)
-                       if any(_indexed(it) for it in l.get("iterations", []))] for rank in ranks}
-        if any(seen.values()):
-            rank = next(r for r in ranks if seen[r])
-            loader = seen[rank][0]
-            others = {r: [_order(it) for it in seen[r][0]["iterations"]][:1] for r in ranks if seen[r]}
-            shared = set.intersection(*(set(v[0]) for v in others.values() if v)) if others else set()
-            _fail(report, f"no DataLoader has a DistributedSampler, so the training data is not sharded: "
-                          f"{_describe_loader(loader)} gives ranks {sorted(others)} the same samples "
-                          f"({len(shared)} of {loader.get('dataset_len')} shared in pass 0); give the "
-                          "training loader sampler=DistributedSampler(dataset)")
-        return "not observable: the script iterates no map-style DataLoader"
+        return "; ".join(dict.fromkeys(
+            ["no DataLoader with a DistributedSampler (training data not from a map-style DataLoader)"]
+            + notes))
 
     counts = {rank: len(loaders) for rank, loaders in sharded.items()}
     if len(set(counts.values())) != 1:
@@ -270,13 +293,15 @@ def assert_disjoint_shards(report: RunReport, nproc: int = 2) -> str:
                 else:
                     notes.append(f"{where}: partial pass ({pairs} of {per_rank}), coverage not checked")
         summary.append(f"{desc}: {passes[ranks[0]]} pass(es) split {per_rank}/rank over {n}")
-    return "; ".join(summary + notes)
+    return "; ".join(dict.fromkeys(summary + notes))
 
 
 def assert_reshuffled_each_epoch(report: RunReport) -> str:
     """A shuffling DistributedSampler gets a new epoch (set_epoch) every epoch, so each rank's
     order differs between epochs. Checked when a rank made >= 2 passes over such a loader."""
     notes: List[str] = []
+    if not any(_sharded_loaders(report, rank) for rank in report.ranks):
+        return "not observable: no DataLoader with a DistributedSampler"
     for rank in report.ranks:
         for loader in _sharded_loaders(report, rank):
             sampler = report.sampler(rank, loader) or {}
@@ -307,7 +332,9 @@ def assert_reshuffled_each_epoch(report: RunReport) -> str:
             if len(set(map(str, set_epoch))) < 2:
                 _fail(report, f"{desc} on rank {rank}: the sampler's epoch changed ({e0} -> {e1}) but "
                               f"set_epoch was {called}, expected distinct values")
-    return "; ".join(notes) or "reshuffled every epoch"
+            else:
+                notes.append(f"{desc}: reshuffled every epoch")
+    return "; ".join(dict.fromkeys(notes))
 
 
 # -- checkpoints -----------------------------------------------------------------------
@@ -405,6 +432,7 @@ def assert_trains_correctly_under_ddp(report: RunReport, nproc: int = 2,
     checks = [
         ("clean_exit", lambda: assert_clean_exit(report)),
         ("all_ranks_recorded", lambda: assert_all_ranks_recorded(report, nproc)),
+        ("probe_ok", lambda: assert_probe_ok(report)),
         ("world", lambda: assert_world(report, nproc)),
         ("gloo_cpu", lambda: assert_gloo_cpu(report)),
         ("ddp_wrapped", lambda: assert_ddp_wrapped(report)),

@@ -46,7 +46,9 @@ RECORD_FORMAT = """
            "output_device": null, "param_names": [...], "param_checksum": sha256 hex,
            "param_digests": {name: 16 hex}, "param_devices": ["cpu"], "num_params": int,
            "buffer_names": [...], "buffer_checksum": sha256 hex}],
-  "optimizers": [{"index": 0, "class": "SGD", "num_params": int, "param_checksum": sha256 hex}],
+  "optimizers": [{"index": 0, "class": "SGD", "num_params": int, "param_checksum": sha256 hex,
+                  "steps": int}],
+  "optimizer_steps": int,           # optimizer.step() calls, all optimizers
   "saves": [{"path": abs path | null, "file": repr, "ok": bool, "rank": dist rank | null,
              "env_rank": int | null, "summary": {...}, "state_dict_keys": [...] | null,
              "nested_state_dict_keys": {"model": [...]}, "nested_optimizer_state_dicts": ["optimizer"]}],
@@ -58,6 +60,8 @@ RECORD_FORMAT = """
                "iterations": [{"epoch": int | null,
                                "indices": [int, ...],   # what the loop consumed (a prefix on `break`)
                                "batches": int,
+                               "optimizer_steps": int,  # steps taken while this pass had drawn
+                                                        # the latest batch: >0 on training loaders
                                "shard": [int, ...]}]}], # DistributedSampler loaders only: the
                                                         # sampler's whole yield for this pass
   "samplers": [{"index": 0, "class": "DistributedSampler", "num_replicas": 2, "rank": 0,
@@ -106,6 +110,7 @@ class _Probe:
             "initialized_at_exit": None,
             "ddp": [],
             "optimizers": [],
+            "optimizer_steps": 0,
             "saves": [],
             "loaders": [],
             "samplers": [],
@@ -119,7 +124,10 @@ class _Probe:
         self.optimizer_params = []  # (record, [tensor])
         self.loader_records = weakref.WeakKeyDictionary()
         self.sampler_records = weakref.WeakKeyDictionary()
-        self.pending_shards = weakref.WeakKeyDictionary()  # DistributedSampler -> loader iteration
+        self.drawing = None  # the loader pass whose iterator is drawing a batch right now
+        self.iteration_samplers = {}  # id(loader pass) -> its DistributedSampler's index
+        self.last_iteration = None  # the loader pass that drew the latest batch
+        self.optimizer_records = weakref.WeakKeyDictionary()
         self.patched = False
         self.written = False
 
@@ -293,11 +301,28 @@ class _Probe:
         __init__.__wrapped__ = orig
         Optimizer.__init__ = __init__
 
+        def step_hook(optimizer, args, kwargs):
+            probe.guard("record optimizer step", probe._record_step, optimizer)
+
+        # A global hook after every Optimizer.step (GradScaler.step calls it unless it skips).
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        register_optimizer_step_post_hook(step_hook)
+
     def _record_optimizer(self, opt) -> None:
         params = [p for group in opt.param_groups for p in group["params"]]
-        rec = {"index": len(self.record["optimizers"]), "class": type(opt).__name__}
+        rec = {"index": len(self.record["optimizers"]), "class": type(opt).__name__, "steps": 0}
         self.record["optimizers"].append(rec)
         self.optimizer_params.append((rec, params))
+        self.optimizer_records[opt] = rec
+
+    def _record_step(self, optimizer) -> None:
+        self.record["optimizer_steps"] += 1
+        rec = self.optimizer_records.get(optimizer)
+        if rec is not None:
+            rec["steps"] += 1
+        if self.last_iteration is not None:
+            self.last_iteration["optimizer_steps"] += 1
 
     def _patch_save(self, torch) -> None:
         import torch.serialization as serialization
@@ -374,10 +399,17 @@ class _Probe:
                 probe.guard("record loader iteration", probe._start_iteration, loader, self)
 
         def _next_index(self):
-            index = orig_next_index(self)  # StopIteration passes through
             current = self.__dict__.get("_ddp_probe_iteration")
+            # The batch sampler iterates a DistributedSampler lazily, inside the first
+            # _next_index of a pass: _record_shard files its yield under `probe.drawing`.
+            previous, probe.drawing = probe.drawing, current
+            try:
+                index = orig_next_index(self)  # StopIteration passes through
+            finally:
+                probe.drawing = previous
             if current is not None:
                 probe.guard("record indices", _extend_indices, current, index)
+                probe.last_iteration = current
             return index
 
         for fn, orig in ((__init__, orig_init), (_reset, orig_reset), (_next_index, orig_next_index)):
@@ -421,13 +453,12 @@ class _Probe:
         if rec["sampler_index"] is None:
             rec["sampler_index"] = self._sampler_index(sampler)
         epoch = getattr(sampler, "epoch", None)
-        iteration = {"epoch": epoch if isinstance(epoch, int) else None, "indices": [], "batches": 0}
+        iteration = {"epoch": epoch if isinstance(epoch, int) else None, "indices": [], "batches": 0,
+                     "optimizer_steps": 0}
         rec["iterations"].append(iteration)
         it.__dict__["_ddp_probe_iteration"] = iteration
         if rec["sampler_index"] is not None:
-            # The batch sampler iterates the DistributedSampler lazily (first batch): its
-            # whole yield for this pass lands in this iteration (see _record_shard).
-            self.pending_shards[sampler] = iteration
+            self.iteration_samplers[id(iteration)] = rec["sampler_index"]
 
     def _patch_sampler(self, torch) -> None:
         from torch.utils.data.distributed import DistributedSampler
@@ -493,8 +524,9 @@ class _Probe:
     def _record_shard(self, sampler, indices) -> None:
         rec = self._sampler_record(sampler)
         rec["iterated"] += 1
-        iteration = self.pending_shards.pop(sampler, None)
-        if iteration is not None and "shard" not in iteration:
+        iteration = self.drawing
+        if (iteration is not None and "shard" not in iteration
+                and self.iteration_samplers.get(id(iteration)) == rec["index"]):
             iteration["shard"] = [_jsonable(i) for i in indices]
 
     def _record_set_epoch(self, sampler, epoch) -> None:

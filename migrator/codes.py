@@ -1,0 +1,49 @@
+"""Every rule's code and name, generated from the registry by `python -m migrator.docs --write`.
+
+Plain data, so the CLI can check --select/--ignore and name findings without importing the
+rules (and LibCST). Do not edit: tests/test_readme.py fails when this no longer matches RULES.
+"""
+from __future__ import annotations
+
+from typing import Dict, Tuple
+
+#: (code, name) of every rule, in registry order.
+CODES: Tuple[Tuple[str, str], ...] = (
+    ("DDP001", "process-group-setup"),
+    ("DDP002", "per-rank-device"),
+    ("DDP003", "wrap-model"),
+    ("DDP004", "destroy-process-group"),
+    ("DDP010", "distributed-sampler"),
+    ("DDP011", "set-epoch"),
+    ("DDP012", "rank-zero-checkpoint"),
+    ("DDP013", "rank-zero-logging"),
+    ("DDP014", "checkpoint-keys"),
+    ("DDP015", "module-api"),
+    ("DDP020", "local-rank-argument"),
+    ("DDP021", "launch-command-in-python"),
+    ("DDP101", "no-entry-point"),
+    ("DDP102", "cuda-call-without-device"),
+    ("DDP103", "dataparallel-unsupported"),
+    ("DDP104", "model-not-traced"),
+    ("DDP105", "import-time-model"),
+    ("DDP106", "loader-has-sampler"),
+    ("DDP107", "iterable-dataset"),
+    ("DDP108", "untraced-loader"),
+    ("DDP109", "no-epoch-loop"),
+    ("DDP110", "save-runs-shared-code"),
+    ("DDP111", "dataparallel-outside-training"),
+    ("DDP112", "legacy-launch-import"),
+    ("DDP113", "python-launch-unsafe"),
+    ("DDP120", "global-batch-size"),
+    ("DDP121", "sharded-evaluation"),
+    ("DDP122", "gradient-accumulation-no-sync"),
+    ("DDP123", "sync-batchnorm"),
+    ("DDP124", "rank-divergent-code"),
+    ("DDP201", "launch-to-torchrun"),
+    ("DDP202", "drop-use-env"),
+    ("DDP203", "drop-local-rank-arg"),
+    ("DDP204", "launcher-unsafe"),
+)
+
+NAMES: Dict[str, str] = dict(CODES)  # code -> name
+BY_NAME: Dict[str, str] = {name: code for code, name in CODES}  # name -> code

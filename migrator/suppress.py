@@ -1,0 +1,118 @@
+"""Inline suppression: `# ddp-migrate: ignore[DDP003, DDP010]` (or a bare `# ddp-migrate: ignore`).
+
+A directive in a comment at the end of a line suppresses what is reported on that line: the
+diagnostics located there, and the fixes whose Change is located there. Codes may also be given as
+a prefix (`DDP1`) or a rule name (`wrap-model`); a bare directive suppresses every code.
+
+Diagnostics are simply dropped. A fix cannot be: one rule's edits depend on each other (the
+`local_rank` that process-group setup defines is used by the device and wrap edits), and a Change
+does not say which edits it stands for, so cutting one edit out of a migrated file could leave
+code that parses and is wrong. Instead, when a suppressed Change is found, the migration is run
+again with that rule turned off for the file (the engine is pure and fast), and again if the new
+result has another suppressed Change, until none is left: the output is always what the engine
+produces for a consistent set of rules. The price is granularity: suppressing one of a rule's
+fixes turns off that rule's other fixes in the same file (say so in the README).
+"""
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from dataclasses import replace
+from typing import Callable, Dict, FrozenSet, Optional
+
+from migrator.options import Options
+from migrator.types import Result
+
+#: Present in any text that has a directive; cheap to look for before tokenizing anything.
+MARKER = "ddp-migrate:"
+
+# Applied to comment text only (a COMMENT token of Python; a `#` comment of a launcher file).
+_DIRECTIVE = re.compile(r"#\s*ddp-migrate:\s*ignore\b(?:\[([^\]]*)\])?", re.IGNORECASE)
+_SHELL_COMMENT = re.compile(r"(?:^|\s)(#[^\n]*)$")
+
+#: Line number -> the selectors suppressed on it (None: everything).
+Suppressions = Dict[int, Optional[FrozenSet[str]]]
+
+Rerun = Callable[[str, Options], Result]
+
+
+def python_suppressions(source: str) -> Suppressions:
+    """Directives in the comments of a Python source (found with tokenize, so never inside a string)."""
+    if MARKER not in source:
+        return {}
+    found: Suppressions = {}
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.COMMENT:
+                _add(found, token.start[0], token.string)
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        # Only for code tokenize of this Python cannot read but the engine could parse: fall
+        # back to comments at the ends of lines (a string ending in a directive is not a concern).
+        return text_suppressions(source)
+    return found
+
+
+def text_suppressions(text: str) -> Suppressions:
+    """Directives in `#` comments at the ends of the lines of a launcher file (shell, Make, YAML, Docker)."""
+    if MARKER not in text:
+        return {}
+    found: Suppressions = {}
+    for number, line in enumerate(text.split("\n"), start=1):
+        if MARKER in line:
+            match = _SHELL_COMMENT.search(line.rstrip("\r"))
+            if match:
+                _add(found, number, match.group(1))
+    return found
+
+
+def _add(found: Suppressions, line: int, comment: str) -> None:
+    match = _DIRECTIVE.search(comment)
+    if match is None:
+        return
+    if match.group(1) is None:
+        found[line] = None
+        return
+    selectors = frozenset(part.strip() for part in match.group(1).split(",") if part.strip())
+    previous = found.get(line, frozenset())
+    found[line] = None if previous is None else previous | selectors
+
+
+def suppressed(suppressions: Suppressions, line: int, code: str, name: str = "") -> bool:
+    """Whether a finding with `code` (and rule `name`) on `line` is suppressed."""
+    if line not in suppressions:
+        return False
+    selectors = suppressions[line]
+    if selectors is None:
+        return True
+    return any(code.startswith(s.upper()) or (name and s == name) for s in selectors)
+
+
+def apply(result: Result, source: str, options: Options, rerun: Rerun, suppressions: Suppressions) -> Result:
+    """`result` with the suppressed findings gone (see the module docstring for how fixes go).
+
+    `rerun(source, options)` migrates `source` again; it is called only when a suppressed Change
+    is found, with the Change's rule added to `options.ignore`.
+    """
+    if not suppressions:
+        return result
+    turned_off: set = set()
+    while True:
+        hit = {c.code for c in result.changes if suppressed(suppressions, c.line, c.code, _name(c.code))}
+        hit -= turned_off
+        if not hit:
+            break
+        turned_off |= hit
+        result = rerun(source, replace(options, ignore=(*options.ignore, *sorted(turned_off))))
+    diagnostics = tuple(
+        d for d in result.diagnostics if not suppressed(suppressions, d.line, d.code, _name(d.code))
+    )
+    if diagnostics == result.diagnostics:
+        return result
+    return replace(result, diagnostics=diagnostics)
+
+
+def _name(code: str) -> str:
+    from migrator.codes import NAMES
+
+    return NAMES.get(code, "")
