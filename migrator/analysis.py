@@ -197,6 +197,7 @@ class ScriptFacts:
     accumulation_steps: Tuple[cst.CSTNode, ...]  # optimizer steps taken every N micro-batches
     batchnorm_layers: Tuple[cst.Call, ...]  # nn.BatchNorm*d(...) calls
     rank_divergent: Tuple[cst.If, ...]  # `if rank == 0:` around a forward or a collective
+    required_arguments: Tuple[str, ...]  # what the script's own argparse parser requires
     launch_literals: Tuple[cst.BaseExpression, ...]  # strings / argv lists running torch.distributed.launch|run
     legacy_launch_imports: Tuple[cst.CSTNode, ...]  # import torch.distributed.launch
     model_uses: Tuple[ModelUse, ...]  # attributes of wrapped models (state_dict, custom methods)
@@ -505,6 +506,7 @@ class _Analysis:
             rank_divergent=tuple(flow.rank_divergent()),
             local_rank_arguments=tuple(call for call in self.c.calls if _is_local_rank_argument(call)),
             launch_literals=self.launch_literals(),
+            required_arguments=self.required_arguments(),
             legacy_launch_imports=tuple(self.c.legacy_launch_imports),
             progress_bars=tuple(
                 call for call in self.calls(N.PROGRESS_BARS)
@@ -923,6 +925,25 @@ class _Analysis:
             sampler=sampler or "DistributedSampler",
             sampler_import_needed=sampler is None,
         )
+
+    def required_arguments(self) -> Tuple[str, ...]:
+        """`DATA` for a positional, `--config CONFIG` for a required option, in declaration order."""
+        found: List[str] = []
+        for call in self.c.calls:
+            if not m.matches(call.func, m.Attribute(attr=m.Name("add_argument"))) or not call.args:
+                continue
+            first = call.args[0].value
+            if not isinstance(first, cst.SimpleString) or _is_local_rank_argument(call):
+                continue
+            name = str(first.evaluated_value)
+            keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+            optional_nargs = m.matches(keywords.get("nargs"), m.SimpleString(value=m.MatchRegex(r"""^['"][?*]['"]$""")))
+            if not name.startswith("-") and "default" not in keywords and not optional_nargs:
+                found.append(name.upper())
+            elif name.startswith("-") and m.matches(keywords.get("required"), m.Name("True")):
+                longest = max((str(a.value.evaluated_value) for a in call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)), key=len)
+                found.append(f"{longest} {longest.lstrip('-').replace('-', '_').upper()}")
+        return tuple(found)
 
     def launch_literals(self) -> Tuple[cst.BaseExpression, ...]:
         """Argv lists holding the launcher module, and strings (not inside such lists) holding a launch."""

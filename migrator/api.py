@@ -49,12 +49,14 @@ def _migrate(source: str, options: Options) -> Result:
     for _, reporter in REPORTERS:
         reporter(facts, plan)  # what it reports is filtered by code below, like every diagnostic
     diagnostics = tuple(d for d in plan.diagnostics if options.enabled(d.code))
+    launch_args = facts.required_arguments if facts.trains or facts.has_init_process_group else None
     if plan.empty:
-        return Result(code=source, diagnostics=diagnostics, original=source)
+        return Result(code=source, diagnostics=diagnostics, original=source, launch_args=launch_args)
     new = _with_imports(edits.apply(module, plan), plan)
     code = new.code
     _check_parses(code)
-    return Result(code=code, changes=tuple(sorted(plan.changes, key=lambda c: (c.line, c.col))), diagnostics=diagnostics, original=source)
+    changes = tuple(sorted(plan.changes, key=lambda c: (c.line, c.col)))
+    return Result(code=code, changes=changes, diagnostics=diagnostics, original=source, launch_args=launch_args)
 
 
 def parse(source: str) -> cst.Module:

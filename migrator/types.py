@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Tuple
+from typing import Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,22 @@ class Result:
     changes: Tuple[Change, ...] = ()
     diagnostics: Tuple[Diagnostic, ...] = ()
     original: str = field(default="", repr=False, compare=False)
+    # For a training script: the arguments its own parser requires (positionals as `DATA`,
+    # required options as `--config CONFIG`), to print the torchrun command that runs it.
+    # None when the file is not something torchrun runs.
+    launch_args: Optional[Tuple[str, ...]] = None
 
     @property
     def changed(self) -> bool:
         return self.code != self.original
+
+    def torchrun_commands(self, script: str) -> Tuple[str, ...]:
+        """How to run the migrated script: on one machine, and on several (rendezvous flags)."""
+        if self.launch_args is None:
+            return ()
+        args = " ".join((script, *self.launch_args))
+        return (
+            f"torchrun --standalone --nproc_per_node=<gpus> {args}",
+            f"torchrun --nnodes=<nodes> --nproc_per_node=<gpus> --rdzv_backend=c10d "
+            f"--rdzv_endpoint=<first-node-host>:29500 --rdzv_id=<job-id> {args}",
+        )
