@@ -140,6 +140,7 @@ def migrate_launcher(text: str, kind: str, options: Optional[Options] = None) ->
     "--jobs",
     type=click.IntRange(min=1),
     default=None,
+    metavar="N",
     help="Migrate files in this many processes (default: the number of CPUs). Output order does not change.",
 )
 @click.option(
@@ -424,7 +425,14 @@ def _pool(workers: int) -> Any:
         # This process runs no threads, so fork is safe here.
         context = multiprocessing.get_context("fork")
         import migrator.api  # noqa: F401 - loaded once, before the fork
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_ignore_interrupts)
+
+
+def _ignore_interrupts() -> None:
+    """Workers leave Ctrl-C to this process, which cancels what is left (no traceback per worker)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _result(future: Any, job: _Job, options: Options) -> Migrated:

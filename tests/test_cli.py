@@ -876,9 +876,10 @@ def test_explain_unknown_is_a_one_line_usage_error(args, message):
 def test_explain_fences_use_the_rules_example_language():
     import dataclasses
 
-    rule = dataclasses.replace(RULES_BY_CODE["DDP201"], example_language="bash")
-    assert "```bash\n" in rule.explain() and "```python" not in rule.explain()
+    rule = dataclasses.replace(RULES_BY_CODE["DDP003"], example_language="text")
+    assert "```text\n" in rule.explain() and "```python" not in rule.explain()
     assert "```python\n" in RULES_BY_CODE["DDP003"].explain()
+    assert "```bash\n" in RULES_BY_CODE["DDP201"].explain()  # launcher rules' examples are shell
 
 
 @pytest.mark.parametrize("args", [["--list-rules", "a.py"], ["--explain", "DDP003", "a.py"], ["--list-rules", "--explain", "DDP003"]])

@@ -40,6 +40,7 @@ launcher without `--use_env`) must read `os.environ["LOCAL_RANK"]` instead, whic
 `ddp-migrate` does to Python scripts. `torchrun` must be on the PATH wherever `python` was; a kept
 interpreter has no such requirement.""",
     fixable=True,
+    example_language="bash",
     examples=(
         Example(
             id="plain-python",
@@ -71,6 +72,7 @@ the flag.""",
     fix="Remove the flag (and a line continuation left dangling by it).",
     fix_safety="Safe: the behaviour the flag asked for is torchrun's only behaviour.",
     fixable=True,
+    example_language="bash",
     examples=(
         Example(
             id="use-env",
@@ -106,6 +108,7 @@ Safe once the script reads `LOCAL_RANK` from the environment (what `ddp-migrate`
 script). A script that declares `--local_rank` with `required=True` needs that requirement
 dropped.""",
     fixable=True,
+    example_language="bash",
     examples=(
         Example(
             id="local-rank",
@@ -133,6 +136,7 @@ None: rewrite the command by hand to `torchrun ...` (drop `--use_env`, drop `--l
 passed to the script).""",
     fix_safety="Nothing is changed.",
     fixable=False,
+    example_language="bash",
     examples=(
         Example(
             id="split-across-a-variable",
