@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 from contextlib import contextmanager
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
@@ -859,7 +859,7 @@ class _Analysis:
             return None
         for target, statement in self.device_assignments():
             if self.parent(statement) is self.module and any(
-                literal.node in self.c.device_strings for literal in _strings_in(statement)
+                literal in self.c.device_strings for literal in _strings_in(statement)
             ):
                 return statement
         return None

@@ -8,7 +8,7 @@ the launcher treats like shell variables or Python-provided words, and come back
 from __future__ import annotations
 
 import re
-from typing import List, Optional, Sequence
+from typing import List, Sequence
 
 import libcst as cst
 

@@ -107,7 +107,11 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
     setup = SETUP
     if facts.local_rank_at_module is not None:
         # A module-level device needs local_rank at import time; reading the environment there is harmless.
-        plan.insert_before(facts.local_rank_at_module, _build.statements(facts, LOCAL_RANK_COMMENT + LOCAL_RANK))
+        hoisted = _build.statements(facts, LOCAL_RANK_COMMENT + LOCAL_RANK)
+        # It joins the device line's paragraph: the blank lines above that line move above it.
+        hoisted[0] = hoisted[0].with_changes(leading_lines=[*facts.local_rank_at_module.leading_lines, *hoisted[0].leading_lines])
+        plan.insert_before(facts.local_rank_at_module, hoisted)
+        plan.replace(facts.local_rank_at_module, lambda statement: statement.with_changes(leading_lines=()))
     else:
         setup = LOCAL_RANK_COMMENT + LOCAL_RANK + setup
     statements = _build.statements(facts, setup, torch=names.torch, dist=names.dist)

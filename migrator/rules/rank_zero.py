@@ -6,7 +6,6 @@ no backward/step and no collective; otherwise the `torch.save` inside it is guar
 """
 from __future__ import annotations
 
-import libcst as cst
 
 from migrator.analysis import ScriptFacts
 from migrator.edits import Plan
