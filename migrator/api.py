@@ -17,11 +17,10 @@ from migrator import edits, suppress
 from migrator.analysis import analyze
 from migrator.errors import IntroducedSyntaxError, SourceParseError
 from migrator.options import Options
+from migrator.relevance import python_may_need_migration
 from migrator.rules import FIXERS, REPORTERS
 from migrator.types import Result
 
-# A file that mentions none of these has nothing to migrate: skip parsing it at all.
-RELEVANT = ("torch", "local_rank", "local-rank")
 
 
 def migrate(source: str, options: Optional[Options] = None) -> Result:
@@ -38,7 +37,7 @@ def migrate(source: str, options: Optional[Options] = None) -> Result:
 
 
 def _migrate(source: str, options: Options) -> Result:
-    if not any(word in source for word in RELEVANT):
+    if not python_may_need_migration(source):
         return Result(code=source, original=source)
     module = parse(source)
     facts = analyze(module)

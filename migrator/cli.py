@@ -17,7 +17,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import IO, TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import click
 
@@ -150,8 +150,15 @@ def migrate_launcher(text: str, kind: str, options: Optional[Options] = None) ->
     show_default=True,
     help="Colour the output. 'auto' colours a terminal only; piped diffs are always plain.",
 )
-@click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr: no findings, no summary.")
-@click.option("-v", "--verbose", is_flag=True, help="Show a traceback for internal errors.")
+@click.option(
+    "--stdin-filename",
+    metavar="NAME",
+    help="With PATH '-': the name of the file read from stdin (for messages, its kind and the config).",
+)
+@click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr: no findings, no summary, no progress.")
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Show tracebacks for internal errors and why files were skipped."
+)
 @click.option("--list-rules", is_flag=True, help="List every rule (code, name, fixable, summary) and exit.")
 @click.option("--explain", metavar="RULE", help="Explain a rule (a code or a name) and exit.")
 @click.version_option(__version__, "--version", prog_name="ddp-migrate", message="%(prog)s %(version)s")
@@ -174,6 +181,7 @@ def cli(
     output_format: str,
     jobs: Optional[int],
     color: str,
+    stdin_filename: Optional[str],
     quiet: bool,
     verbose: bool,
     list_rules: bool,
@@ -195,8 +203,15 @@ def cli(
         ctx.exit(_list_rules(out) if list_rules else _explain(out, explain or ""))
     if not paths:
         raise click.UsageError("Missing argument 'PATH...'.")
+    use_stdin = any(str(path) == "-" for path in paths)
+    if use_stdin and len(paths) > 1:
+        raise click.UsageError("'-' (stdin) cannot be combined with other paths")
+    if use_stdin and in_place:
+        raise click.UsageError("--in-place cannot be used with '-' (stdin): the result goes to stdout")
+    if stdin_filename is not None and not use_stdin:
+        raise click.UsageError("--stdin-filename needs the path '-'")
 
-    single_file = len(paths) == 1 and not paths[0].is_dir()
+    single_file = use_stdin or (len(paths) == 1 and not paths[0].is_dir())
     try:
         mode = WriteBack.from_flags(diff=show_diff, in_place=in_place, check=check, single_file=single_file)
     except ValueError as exc:
@@ -207,27 +222,50 @@ def cli(
         raise click.UsageError("--isolated cannot be combined with --config")
 
     cli_rules = _rule_flags(select=select, ignore=ignore, extend_select=extend_select, extend_ignore=extend_ignore)
+    config_paths = (Path(stdin_filename or "."),) if use_stdin else paths
     try:
-        config = discover_config(paths, config_path, isolated)
+        config = discover_config(config_paths, config_path, isolated)
     except ConfigError as exc:
         raise UsageError(str(exc), prefix="") from None
     options = resolve_rules(config.rules, cli_rules)
+
+    report = Report(mode)
+    show = _Show(mode, output_format, out=out, err=err, quiet=quiet, verbose=verbose)
+    if use_stdin:
+        data = sys.stdin.buffer.read()
+        for done in run_jobs([_read_stdin(data, stdin_filename)], mode, options):
+            show.file(done, report)
+        show.finish(report)
+        ctx.exit(report.return_code)
 
     missing = [path for path in paths if not path.exists()]
     for path in missing:
         render.print_error(err, f"{path}: no such file or directory")
     if missing:
         ctx.exit(EXIT_FAILED)
+    skipped: List[Tuple[Path, str]] = []
     try:
-        sources = files.discover(paths, _excludes(config, exclude, extend_exclude), force_exclude=force_exclude)
+        sources = files.discover(
+            paths, _excludes(config, exclude, extend_exclude), force_exclude=force_exclude, skipped=skipped
+        )
     except MigrateError as exc:
         render.print_error(err, str(exc))
         ctx.exit(EXIT_FAILED)
+    if verbose and not quiet and output_format == "text":
+        for path, why in skipped:
+            render.print_status(err, f"{files.display_path(path)}: skipped: {why}")
 
-    report = Report(mode)
-    show = _Show(mode, output_format, out=out, err=err, quiet=quiet, verbose=verbose)
-    for done in migrate_files(sources, mode, options, jobs=jobs or cpu_count()):
-        show.file(done, report)
+    named = {os.path.realpath(path) for path in paths if not path.is_dir()}
+    walked = {i for i, path in enumerate(sources) if os.path.realpath(path) not in named}
+    progress = render.progress(err, len(sources)) if output_format == "text" and not quiet else None
+    try:
+        for done in migrate_files(sources, mode, options, jobs=jobs or cpu_count(), walked=walked):
+            if progress is not None:
+                progress.advance()
+            show.file(done, report)
+    finally:
+        if progress is not None:
+            progress.stop()
     show.finish(report)
     ctx.exit(report.return_code)
 
@@ -316,6 +354,7 @@ class Migrated:
     outcome: FileOutcome
     source: Optional[files.SourceFile] = None
     code: Optional[str] = None
+    skipped: Optional[str] = None  # why a walked file was passed over (not text); shown with -v
 
 
 @dataclass(frozen=True)
@@ -328,8 +367,12 @@ class _Job:
     source: files.SourceFile
 
 
-def _read(path: Path, options: Options) -> Union[Migrated, _Job]:
-    """Read a file and decide from its text whether the engine is needed at all. Never raises."""
+def _read(path: Path, options: Options, walked: bool = False) -> Union[Migrated, _Job]:
+    """Read a file and decide from its text whether the engine is needed at all. Never raises.
+
+    A file found in a directory walk (`walked`) that is not text (NUL bytes, or bytes its encoding
+    cannot decode) is skipped, not failed: a binary `.py`/`.sh` is not something to migrate.
+    """
     name = files.display_path(path)
     try:
         kind = files.source_kind(path)
@@ -344,10 +387,30 @@ def _read(path: Path, options: Options) -> Union[Migrated, _Job]:
         else:
             source = files.read_text(path)
             relevant = LAUNCHER_RELEVANT in source.text
+        if walked and "\x00" in source.text:
+            return Migrated(FileOutcome(name), skipped="binary file (NUL bytes)")
+    except files.UndecodableError as exc:
+        if walked:
+            return Migrated(FileOutcome(name), skipped=f"not text: {exc.message}")
+        return Migrated(FileOutcome(name, error=_failure(exc, name)))
     except Exception as exc:  # noqa: BLE001 - becomes this file's error; the others go on
         return Migrated(FileOutcome(name, error=_failure(exc, name)))
     if not relevant:
         return Migrated(FileOutcome(name), source, source.text)
+    return _Job(path, name, kind, source)
+
+
+def _read_stdin(data: bytes, filename: Optional[str]) -> Union[Migrated, _Job]:
+    """stdin as a file named `filename` (its kind from the name; Python when there is none)."""
+    name = files.display_path(filename) if filename else "-"
+    path = Path(filename or "-")
+    try:
+        kind = files.source_kind(path) if filename else files.PYTHON
+        if kind is None:
+            kind = files.PYTHON
+        source = files.read_data(data, path, kind)
+    except Exception as exc:  # noqa: BLE001
+        return Migrated(FileOutcome(name, error=_failure(exc, name)))
     return _Job(path, name, kind, source)
 
 
@@ -362,7 +425,8 @@ def _migrate(job: _Job, options: Options) -> Migrated:
     except Exception as exc:  # noqa: BLE001
         return Migrated(FileOutcome(job.name, error=_failure(exc, job.name)), job.source)
     changed = result.code != job.source.text
-    outcome = FileOutcome(job.name, changed, tuple(result.changes), tuple(result.diagnostics))
+    launch = tuple(result.torchrun_commands(job.name)) if changed and job.kind == files.PYTHON else ()
+    outcome = FileOutcome(job.name, changed, tuple(result.changes), tuple(result.diagnostics), launch=launch)
     return Migrated(outcome, job.source, result.code)
 
 
@@ -370,7 +434,10 @@ def _failure(exc: BaseException, name: str) -> Failure:
     if isinstance(exc, SourceParseError):
         return Failure("parse", _one_line(f"cannot parse: {exc.message}"), exc.line, exc.col)
     if isinstance(exc, IntroducedSyntaxError):
-        message = f"internal error: ddp-migrate produced code that does not parse, file left unchanged: {exc}"
+        message = (
+            "internal error: a bug in ddp-migrate (please report it): "
+            f"the migrated code does not parse, file left unchanged: {exc}"
+        )
         return Failure("internal", _one_line(message))
     if isinstance(exc, files.FileError):
         return Failure("file", _one_line(exc.message))
@@ -389,14 +456,24 @@ def _one_line(message: str) -> str:
 # --------------------------------------------------------------------------- all files, maybe in parallel
 
 
-def migrate_files(paths: Sequence[Path], mode: WriteBack, options: Options, *, jobs: int = 1) -> Iterator[Migrated]:
+def migrate_files(
+    paths: Sequence[Path], mode: WriteBack, options: Options, *, jobs: int = 1, walked: Optional[Set[int]] = None
+) -> Iterator[Migrated]:
     """Each file's outcome, in the order of `paths`, written back first when `mode` writes.
 
     Files are read here; those that need the engine are migrated here, or in `jobs` worker
     processes when there are at least POOL_MIN_FILES of them. Writing and everything shown
-    happen in this process, in order, so the output does not depend on `jobs`.
+    happen in this process, in order, so the output does not depend on `jobs`. `walked` holds
+    the indexes of the paths found in a directory walk (a binary one among them is skipped).
     """
-    read = [_read(path, options) for path in paths]
+    walked = walked or set()
+    yield from run_jobs([_read(path, options, i in walked) for i, path in enumerate(paths)], mode, options, jobs=jobs)
+
+
+def run_jobs(
+    read: Sequence[Union[Migrated, _Job]], mode: WriteBack, options: Options, *, jobs: int = 1
+) -> Iterator[Migrated]:
+    """migrate_files for files already read."""
     pending = [item for item in read if isinstance(item, _Job)]
     futures: Dict[int, Any] = {}
     executor = None
@@ -449,7 +526,7 @@ def _write_back(done: Migrated) -> Migrated:
         return done
     try:
         files.write_back(done.source, done.code)
-    except MigrateError as exc:
+    except Exception as exc:  # noqa: BLE001 - a FileError, or anything else: this file fails, the run goes on
         return Migrated(FileOutcome(done.outcome.path, error=_failure(exc, done.outcome.path)), done.source)
     return done
 
@@ -473,12 +550,17 @@ class _Show:
 
     def file(self, done: Migrated, report: Report) -> None:
         outcome = done.outcome
+        if done.skipped is not None:
+            if self.verbose and not self.quiet and self.format == "text":
+                render.print_status(self.err, f"{outcome.path}: skipped: {done.skipped}")
+            return
+        self.outcomes.append(outcome)
         if outcome.error is None:
             report.done(outcome.changed)
         else:
             report.failed()
         if self.format in ("json", "sarif"):
-            self.outcomes.append(outcome)
+            pass
         elif self.format == "github":
             from migrator.output import to_github
 
@@ -521,6 +603,11 @@ class _Show:
 
             render.print_text(self.out, to_sarif(self.outcomes, __version__))
         elif not self.quiet:
+            from migrator.output import summarize
+
+            summaries = summarize(self.outcomes)
+            if summaries:
+                render.print_migration_summary(self.err, summaries, writes=self.mode.writes)
             render.print_summary(self.err, report)
 
 

@@ -84,6 +84,7 @@ class Flow:
         self.functions: Dict[str, cst.FunctionDef] = {
             f.name.value: f for f in self.c.functions if isinstance(a.parent(f), cst.Module)
         }
+        self.classes: Dict[str, cst.ClassDef] = {c.name.value: c for c in self.c.classes if isinstance(a.parent(c), cst.Module)}
         self._trains_cache: Dict[cst.CSTNode, bool] = {}
         self.optimizer_names = self._optimizer_names()
 
@@ -109,16 +110,23 @@ class Flow:
     def callee(self, call: cst.Call) -> Optional[cst.FunctionDef]:
         """The function of this file a call runs: `train(...)` or `self.train_epoch(...)`."""
         if isinstance(call.func, cst.Name):
+            if call.func.value in self.classes:  # Trainer(model, loader): its __init__ runs
+                return self.method_of(self.classes[call.func.value], "__init__")
             return self.functions.get(call.func.value)
         if m.matches(call.func, m.Attribute(value=m.Name("self"))):
             return self.method_of(self.a.enclosing_class(call), call.func.attr.value)  # type: ignore[attr-defined]
         return None
 
+    def bound_params(self, fn: cst.FunctionDef) -> List[str]:
+        """The parameters a call fills, `self`/`cls` of a method left out."""
+        params = [p.name.value for p in fn.params.params]
+        if params and params[0] in ("self", "cls") and self.a.enclosing_class(fn) is not None:
+            params = params[1:]
+        return params
+
     def param_for(self, fn: cst.FunctionDef, call: cst.Call, expr: str) -> Optional[str]:
         """The parameter of `fn` that receives `expr` at `call`."""
-        params = [p.name.value for p in fn.params.params]
-        if params and params[0] == "self" and isinstance(call.func, cst.Attribute):
-            params = params[1:]
+        params = self.bound_params(fn)
         for index, arg in enumerate(call.args):
             if code_of(arg.value) != expr:
                 continue
@@ -296,10 +304,24 @@ class Flow:
                 param = self.param_for(fn, call, expr) if fn is not None else None
                 if param is not None and depth < 3:
                     found += [(loop, expr) for loop, _ in self.uses(param, fn, depth + 1)]
+        # `self.loader = loader` in a constructor or method: the loader lives on the instance.
+        if "." not in expr and isinstance(owner, cst.FunctionDef) and depth < 3:
+            for attribute in self.stored_on_self(expr, owner):
+                found += [(loop, expr) for loop, _ in self.uses(attribute, owner, depth + 1)]
         # A helper that returns the loader: `train_loader, val_loader = make_loaders(...)`.
         if "." not in expr and isinstance(owner, cst.FunctionDef):
             for position in self.return_positions(owner, expr):
                 found += self.returned_uses(owner, position)
+        return found
+
+    def stored_on_self(self, name: str, fn: cst.FunctionDef) -> List[str]:
+        found = []
+        for target, statement in self.c.assignments:
+            if not target.startswith("self.") or self.a.scope_of(statement) is not fn:
+                continue
+            value = getattr(statement.body[0], "value", None)
+            if isinstance(value, cst.Name) and value.value == name:
+                found.append(target)
         return found
 
     def return_positions(self, fn: cst.FunctionDef, expr: str) -> List[int]:
@@ -332,7 +354,8 @@ class Flow:
         """Where the epoch loop driving `loop` is, and how the loader is spelled there."""
         enclosing = self.enclosing_epoch_loop(loop)
         if enclosing is not None:
-            return [EpochHook(enclosing, spelled, _loop_variable(enclosing))]
+            # Spelled as the loop spells it: the epoch loop is in the same function.
+            return [EpochHook(enclosing, _iterated(loop) or spelled, _loop_variable(enclosing))]
         fn = self.a.enclosing_function(loop)
         if fn is None:
             return []
@@ -361,9 +384,7 @@ class Flow:
         return None
 
     def argument_for(self, fn: cst.FunctionDef, call: cst.Call, param: str) -> Optional[str]:
-        params = [p.name.value for p in fn.params.params]
-        if params and params[0] == "self" and isinstance(call.func, cst.Attribute):
-            params = params[1:]
+        params = self.bound_params(fn)
         for index, arg in enumerate(call.args):
             if arg.keyword is not None and arg.keyword.value == param:
                 return code_of(arg.value)

@@ -52,6 +52,10 @@ class StaleFileError(FileError):
     """The file changed on disk after it was read; it is not overwritten."""
 
 
+class UndecodableError(SourceParseError):
+    """The file's bytes are not text in the encoding it declares (or UTF-8): likely a binary file."""
+
+
 @dataclass(frozen=True)
 class SourceFile:
     """A decoded script plus what it takes to write it back byte-for-byte.
@@ -111,8 +115,26 @@ def read_text(path: PathLike) -> SourceFile:
     except UnicodeDecodeError as exc:
         line, col = _line_col(body, exc.start)
         bad = " ".join(f"{byte:02x}" for byte in body[exc.start : exc.end])
-        raise SourceParseError(f"byte(s) {bad} are not valid utf-8", line, col, os.fspath(path)) from None
+        raise UndecodableError(f"byte(s) {bad} are not valid utf-8", line, col, os.fspath(path)) from None
     return SourceFile(path, text, "utf-8", bom, _digest(data))
+
+
+def read_data(data: bytes, path: PathLike, kind: str = PYTHON) -> SourceFile:
+    """Bytes read elsewhere (stdin) as the file `path` would be: decoded as Python, or as UTF-8
+    for a launcher kind. Nothing can be written back to it (no digest)."""
+    path = Path(path)
+    if kind == PYTHON:
+        text, encoding, bom = decode_source(data, path)
+        return SourceFile(path, text, encoding, bom)
+    bom = data.startswith(UTF8_BOM)
+    body = data[len(UTF8_BOM):] if bom else data
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line, col = _line_col(body, exc.start)
+        bad = " ".join(f"{byte:02x}" for byte in body[exc.start : exc.end])
+        raise UndecodableError(f"byte(s) {bad} are not valid utf-8", line, col, os.fspath(path)) from None
+    return SourceFile(path, text, "utf-8", bom)
 
 
 def source_kind(path: PathLike) -> Optional[str]:
@@ -169,7 +191,7 @@ def decode_source(data: bytes, path: Optional[PathLike] = None) -> Tuple[str, st
 def _undecodable(data: bytes, exc: UnicodeDecodeError, encoding: str, where: Optional[str]) -> SourceParseError:
     line, col = _line_col(data, exc.start)
     bad = " ".join(f"{byte:02x}" for byte in data[exc.start : exc.end])
-    return SourceParseError(
+    return UndecodableError(
         f"byte(s) {bad} are not valid {encoding}; declare the file's encoding with a '# -*- coding: ... -*-' line",
         line,
         col,
@@ -239,6 +261,8 @@ def write_atomic(
         mode = _default_mode()
     except OSError as exc:
         raise FileError(path, f"cannot write: {exc.strerror or exc}") from None
+    if target.exists() and _read_only(target, mode):
+        raise FileError(path, "cannot write: the file is read-only")
 
     import tempfile  # only when writing
 
@@ -269,6 +293,13 @@ def write_atomic(
             raise FileError(path, f"cannot write: {exc.strerror or exc}") from None
         raise
     _fsync_directory(target.parent)
+
+
+def _read_only(target: Path, mode: int) -> bool:
+    """No write bit at all, or none for this user. The atomic rename would replace such a file
+    anyway (it needs only the directory), so the file's own bits are honoured here; root, whom
+    os.access lets write anything, still keeps off a file nobody may write."""
+    return not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(target, os.W_OK)
 
 
 def _default_mode() -> int:
@@ -319,6 +350,7 @@ def discover(
     exclude: Optional[Sequence[Exclude]] = None,
     *,
     force_exclude: bool = False,
+    skipped: Optional[List[Tuple[Path, str]]] = None,
 ) -> List[Path]:
     """Expand `paths` into the files to migrate, in a stable order, without duplicates.
 
@@ -326,8 +358,9 @@ def discover(
     `force_exclude` and an `exclude` pattern matches it). A directory is walked for `*.py` and
     launcher files (`_is_launcher_file`), skipping `.git`, whatever `exclude` matches (default:
     DEFAULT_EXCLUDE relative to cwd), whatever the enclosing repository's .gitignore files (and
-    .git/info/exclude) ignore, and symlinks to directories. Raises FileError for a path that does
-    not exist or a directory that cannot be listed.
+    .git/info/exclude) ignore, symlinks to directories, and symlinked files that point outside
+    the walked directory (each of the latter appended to `skipped` with why, for -v). Raises
+    FileError for a path that does not exist or a directory that cannot be listed.
     """
     excluder = _Excluder(exclude if exclude is not None else (Exclude(DEFAULT_EXCLUDE),))
     found: List[Path] = []
@@ -337,7 +370,7 @@ def discover(
         if path.is_dir():
             if force_exclude and excluder.excluded(Path(os.path.realpath(path)), is_dir=True):
                 continue
-            candidates: Iterable[Path] = _walk(path, excluder)
+            candidates: Iterable[Path] = _walk(path, excluder, skipped)
         elif path.exists():
             if force_exclude and excluder.excluded(Path(os.path.realpath(path)), is_dir=False):
                 continue
@@ -438,13 +471,19 @@ def display_path(path: PathLike, cwd: Optional[PathLike] = None) -> str:
     return path.as_posix()
 
 
-def _walk(root: Path, excluder: _Excluder) -> Iterator[Path]:
+def _walk(root: Path, excluder: _Excluder, skipped: Optional[List[Tuple[Path, str]]] = None) -> Iterator[Path]:
     real_root = Path(os.path.realpath(root))
-    yield from _walk_dir(root, real_root, _enclosing_ignores(real_root), excluder, real_root)
+    notes: List[Tuple[Path, str]] = skipped if skipped is not None else []
+    yield from _walk_dir(root, real_root, _enclosing_ignores(real_root), excluder, real_root, notes)
 
 
 def _walk_dir(
-    directory: Path, real_dir: Path, ignores: Sequence[_Ignore], excluder: _Excluder, real_root: Path
+    directory: Path,
+    real_dir: Path,
+    ignores: Sequence[_Ignore],
+    excluder: _Excluder,
+    real_root: Path,
+    skipped: List[Tuple[Path, str]],
 ) -> Iterator[Path]:
     own = _load_ignore_file(real_dir / ".gitignore")
     if own is not None:
@@ -463,13 +502,18 @@ def _walk_dir(
                 and not excluder.excluded(real, is_dir=True, walk_root=real_root)
                 and not _ignored(real, ignores, is_dir=True)
             ):
-                yield from _walk_dir(path, real, ignores, excluder, real_root)
+                yield from _walk_dir(path, real, ignores, excluder, real_root, skipped)
+        elif entry.is_symlink() and entry.is_dir():
+            skipped.append((path, "symlink to a directory, not followed"))
         elif (
             (entry.name.endswith(".py") or _is_launcher_file(entry))
             and entry.is_file()
             and not excluder.excluded(real, is_dir=False, walk_root=real_root)
             and not _ignored(real, ignores, is_dir=False)
         ):
+            if entry.is_symlink() and _relative_to(Path(os.path.realpath(path)), real_root) is None:
+                skipped.append((path, "symlink to a file outside the walked directory, not followed"))
+                continue
             yield path
 
 

@@ -52,12 +52,69 @@ class FileOutcome:
     changes: Tuple["Change", ...] = ()
     diagnostics: Tuple["Diagnostic", ...] = ()
     error: Optional[Failure] = None
+    # How to run the migrated script (Result.torchrun_commands): one machine, then several.
+    launch: Tuple[str, ...] = ()
 
     def findings(self) -> List[Tuple[str, Any]]:
         """("change" | "diagnostic", finding), in source order (changes first on a tie)."""
         rows: List[Tuple[str, Any]] = [("change", c) for c in self.changes]
         rows += [("diagnostic", d) for d in self.diagnostics]
         return sorted(rows, key=lambda row: (row[1].line, row[1].col, row[0] != "change"))
+
+
+@dataclass(frozen=True)
+class Attention:
+    """A diagnostic that needs a human, with its rule's summary and `fix` text as the hint."""
+
+    line: int
+    col: int
+    code: str
+    message: str
+    summary: str
+    hint: str
+
+
+@dataclass(frozen=True)
+class FileSummary:
+    """The end-of-run block for one file: changes by rule, what needs a human, how to run it."""
+
+    path: str
+    changed: bool
+    changes: Tuple[Tuple[str, str, int], ...]  # (code, name, count) in code order
+    attention: Tuple[Attention, ...]
+    launch: Tuple[str, ...]
+
+
+def summarize(outcomes: Sequence[FileOutcome]) -> List[FileSummary]:
+    """A FileSummary for each file that changed or needs a human (failed files have their error line)."""
+    out = []
+    for outcome in outcomes:
+        if outcome.error is not None or not (outcome.changed or outcome.diagnostics):
+            continue
+        counts: Dict[str, int] = {}
+        for change in outcome.changes:
+            counts[change.code] = counts.get(change.code, 0) + 1
+        changes = tuple((code, NAMES.get(code, ""), counts[code]) for code in sorted(counts))
+        attention = tuple(
+            Attention(d.line, d.col, d.code, d.message, *_rule_text(d.code))
+            for d in sorted(outcome.diagnostics, key=lambda d: (d.line, d.col, d.code))
+        )
+        out.append(FileSummary(outcome.path, outcome.changed, changes, attention, outcome.launch))
+    return out
+
+
+def _rule_text(code: str) -> Tuple[str, str]:
+    """(summary, fix) of a rule, one line each; the registry (and LibCST) is loaded only here."""
+    from migrator.rules import RULES_BY_CODE
+
+    rule = RULES_BY_CODE.get(code)
+    if rule is None:
+        return "", ""
+    return _flat(rule.summary), _flat(rule.fix)
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _fixable(kind: str, finding: Any) -> bool:
@@ -73,6 +130,7 @@ def to_json(outcomes: Sequence[FileOutcome], report: "Report") -> str:
 
     files = []
     findings = fixable = 0
+    summaries = {summary.path: summary for summary in summarize(outcomes)}
     for outcome in outcomes:
         rows = []
         for kind, finding in outcome.findings():
@@ -97,7 +155,17 @@ def to_json(outcomes: Sequence[FileOutcome], report: "Report") -> str:
                 "line": outcome.error.line,
                 "column": outcome.error.col,
             }
-        files.append({"path": outcome.path, "changed": outcome.changed, "error": error, "findings": rows})
+        entry: Dict[str, Any] = {"path": outcome.path, "changed": outcome.changed, "error": error, "findings": rows}
+        summary = summaries.get(outcome.path)
+        entry["changes_by_rule"] = [
+            {"code": code, "name": name, "count": count} for code, name, count in (summary.changes if summary else ())
+        ]
+        entry["needs_human"] = [
+            {"code": a.code, "line": a.line, "column": a.col, "message": a.message, "summary": a.summary, "hint": a.hint}
+            for a in (summary.attention if summary else ())
+        ]
+        entry["launch"] = list(outcome.launch)
+        files.append(entry)
     document = {
         "version": JSON_VERSION,
         "files": files,

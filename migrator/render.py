@@ -15,6 +15,7 @@ import sys
 from typing import IO, TYPE_CHECKING, Any, Optional, Sequence, Tuple, Union
 
 if TYPE_CHECKING:  # pragma: no cover
+    from migrator.output import FileSummary
     from migrator.report import Report
     from migrator.types import Change, Diagnostic
 
@@ -224,6 +225,124 @@ def print_traceback(console: Console, exc: Union[BaseException, str, None] = Non
             return
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     console.line([(text.rstrip("\n"), None)])
+
+
+# --------------------------------------------------------------------------- end of run: per-file summary
+
+
+def print_migration_summary(console: Console, summaries: Sequence["FileSummary"], *, writes: bool) -> None:
+    """After the finding lines: per file, the changes by rule, what needs a human (with the rule's
+    hint), and the torchrun commands. A rich panel per file on a terminal; indented plain text
+    when piped (stable, greppable, what tests read)."""
+    if console.styled:
+        _rich_summary(console, summaries, writes)
+        return
+    write = console.file.write
+    for summary in summaries:
+        write(f"\n{summary.path}: {_verb(summary, writes)}\n")
+        if summary.changes:
+            write("  changed:\n")
+            for code, name, count in summary.changes:
+                write(f"    {code} {name} x{count}\n")
+        if summary.attention:
+            write("  needs a human:\n")
+            for item in summary.attention:
+                write(f"    line {item.line}: {item.code} {item.message}\n")
+                if item.hint:
+                    write(f"      hint: {item.hint}\n")
+        if summary.launch:
+            write("  run it:\n")
+            for label, command in zip(_LAUNCH_LABELS, summary.launch):
+                write(f"    {label}: {command}\n")
+    write("\n")
+    console.file.flush()
+
+
+_LAUNCH_LABELS = ("one machine", "several machines")
+
+
+def _verb(summary: "FileSummary", writes: bool) -> str:
+    if not summary.changed:
+        return "unchanged, needs a human"
+    return "migrated" if writes else "would be migrated"
+
+
+def _rich_summary(console: Console, summaries: Sequence["FileSummary"], writes: bool) -> None:
+    from rich.console import Group
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    rich = console.rich()
+    for summary in summaries:
+        parts: list = []
+        if summary.changes:
+            table = Table(box=None, show_header=False, pad_edge=False, title="changed", title_justify="left")
+            table.add_column(style="bold red", no_wrap=True)
+            table.add_column(no_wrap=True)
+            table.add_column(justify="right", style="cyan")
+            for code, name, count in summary.changes:
+                table.add_row(code, name, f"x{count}")
+            parts.append(table)
+        if summary.attention:
+            table = Table(box=None, show_header=False, pad_edge=False, title="needs a human", title_justify="left")
+            table.add_column(style="bold", no_wrap=True)
+            table.add_column(style="bold red", no_wrap=True)
+            table.add_column()
+            for item in summary.attention:
+                text = Text(item.message)
+                if item.hint:
+                    text.append("\nhint: ", style="cyan")
+                    text.append(item.hint)
+                table.add_row(f"line {item.line}", item.code, text)
+            parts.append(table)
+        title = Text(f"{summary.path}: {_verb(summary, writes)}", style="bold")
+        rich.print(Panel(Group(*parts), title=title, title_align="left", expand=False), soft_wrap=False)
+        # Outside the panel and never wrapped, so a terminal copies each command whole.
+        for label, command in zip(_LAUNCH_LABELS, summary.launch):
+            line = Text(f"  run it on {label}: ", style="dim")
+            line.append(command, style="green")
+            rich.print(line, soft_wrap=True)
+
+
+# --------------------------------------------------------------------------- progress
+
+
+#: A run with more files than this shows a progress bar (on a terminal, without -q).
+PROGRESS_MIN_FILES = 20
+
+
+class _Progress:
+    def __init__(self, console: Console, total: int) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        # redirect: lines written to sys.stdout/sys.stderr meanwhile are printed above the bar.
+        self._bar = Progress(
+            TextColumn("migrating"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console.rich(),
+            transient=True,
+        )
+        self._task = self._bar.add_task("migrating", total=total)
+        self._bar.start()
+
+    def advance(self) -> None:
+        self._bar.advance(self._task)
+
+    def stop(self) -> None:
+        self._bar.stop()
+
+
+def wants_progress(console: Console, total: int) -> bool:
+    """Only on an interactive, styled terminal, and for more than PROGRESS_MIN_FILES files."""
+    return total > PROGRESS_MIN_FILES and console.styled and console.is_terminal
+
+
+def progress(console: Console, total: int) -> Optional[_Progress]:
+    """A transient progress bar on `console` (stderr), or None when one is not wanted."""
+    return _Progress(console, total) if wants_progress(console, total) else None
 
 
 # --------------------------------------------------------------------------- rules

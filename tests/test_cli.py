@@ -103,6 +103,21 @@ def lines(text: str) -> List[str]:
     return text.splitlines()
 
 
+def stream_lines(stderr: str) -> List[str]:
+    """stderr without the end-of-run block of per-file summaries (blank line .. before the last line)."""
+    rows = stderr.splitlines()
+    if "" in rows:
+        start = rows.index("")
+        rows = rows[:start] + rows[-1:]
+    return rows
+
+
+def summary_block(stderr: str) -> List[str]:
+    """Only the end-of-run block of per-file summaries (between the first blank line and the last line)."""
+    rows = stderr.splitlines()
+    return rows[rows.index("") + 1 : -1] if "" in rows else []
+
+
 # --------------------------------------------------------------------------- print mode
 
 
@@ -112,7 +127,7 @@ def test_one_file_no_flag_prints_the_migrated_source(project, fake_engine):
     assert result.exit_code == 0
     assert result.stdout == SCRIPT.replace(MARKER, MIGRATED)
     assert (project / "train.py").read_text() == SCRIPT  # nothing written
-    assert lines(result.stderr) == [
+    assert stream_lines(result.stderr) == [
         "train.py:5:10 DDP001 [*] replaced single_gpu",
         "1 file would be migrated",
     ]
@@ -266,7 +281,7 @@ def test_in_place_writes_changed_files_only(project, fake_engine):
     assert result.stdout == ""
     assert (project / "a.py").read_text() == SCRIPT.replace(MARKER, MIGRATED)
     assert clean.read_text() == CLEAN and clean.stat().st_mtime_ns == before
-    assert lines(result.stderr) == [
+    assert stream_lines(result.stderr) == [
         "a.py:5:10 DDP001 [*] replaced single_gpu",
         "migrated a.py",
         "1 file migrated, 1 left unchanged",
@@ -332,7 +347,7 @@ def test_check_shows_changes_and_status_but_no_diff(project, fake_engine):
     result = invoke("--check", "a.py")
     assert result.exit_code == 1
     assert result.stdout == ""
-    assert lines(result.stderr) == [
+    assert stream_lines(result.stderr) == [
         "a.py:5:10 DDP001 [*] replaced single_gpu",
         "would migrate a.py",
         "1 file would be migrated",
@@ -709,7 +724,7 @@ def test_in_place_rewrites_a_launcher_file_keeping_bom_crlf_and_mode(project):
     migrated = b"\xef\xbb\xbf" + LAUNCH_SH_MIGRATED.replace("\n", "\r\n").encode() + "echo caf\u00e9\r\n".encode()
     assert path.read_bytes() == migrated
     assert path.stat().st_mode & 0o777 == 0o750
-    assert lines(result.stderr)[-2:] == ["migrated run.sh", "1 file migrated"]
+    assert stream_lines(result.stderr)[-2:] == ["migrated run.sh", "1 file migrated"]
     assert lines(invoke("--in-place", "run.sh").stderr) == ["1 file left unchanged"]
 
 
@@ -724,7 +739,7 @@ def test_launcher_decline_is_a_diagnostic_line(project):
     write(project / "run.sh", 'python -m torch.distributed.launch "$@"\n')
     result = invoke("--check", "run.sh")
     assert result.exit_code == 0  # nothing would change
-    (finding, summary) = lines(result.stderr)
+    (finding, summary) = stream_lines(result.stderr)
     assert finding.startswith("run.sh:1:11 DDP204 launch left as it is: the launcher's arguments come from \"$@\"")
     assert summary == "1 file left unchanged"
 

@@ -16,7 +16,7 @@ from migrator.rules import RULES, RULES_BY_CODE
 WRAP_EXAMPLE = RULES_BY_CODE["DDP003"].examples[0].before
 ADVISORY = next(rule for rule in RULES if rule.code.startswith("DDP1") and rule.examples)
 LAUNCH = "#!/bin/bash\npython -m torch.distributed.launch --nproc_per_node=2 --use_env train.py\n"
-PY2 = 'import torch\n\nprint "hello"\n'
+PY2 = 'import torch\nimport torch.optim as optim\n\nprint "hello"\n'
 
 PLAIN_ENV = {"FORCE_COLOR": None, "NO_COLOR": None, "TTY_COMPATIBLE": None, "TERM": "xterm", "COLUMNS": "80"}
 
@@ -45,7 +45,9 @@ PATHS = ("advice.py", "clean.py", "old.py", "run.sh", "train.py")
 
 # --------------------------------------------------------------------------- json
 
-FILE_KEYS = {"path", "changed", "error", "findings"}
+FILE_KEYS = {"path", "changed", "error", "findings", "changes_by_rule", "needs_human", "launch"}
+BY_RULE_KEYS = {"code", "name", "count"}
+HUMAN_KEYS = {"code", "line", "column", "message", "summary", "hint"}
 FINDING_KEYS = {"code", "name", "line", "column", "message", "fixable", "kind"}
 ERROR_KEYS = {"kind", "message", "line", "column"}
 SUMMARY_KEYS = {"files", "changed", "unchanged", "failed", "findings", "fixable", "in_place", "exit_code"}
@@ -62,6 +64,11 @@ def _validate(document: Dict[str, Any]) -> None:
             assert set(entry["error"]) == ERROR_KEYS
             assert entry["error"]["kind"] in ("parse", "file", "internal")
             assert isinstance(entry["error"]["message"], str)
+        for row in entry["changes_by_rule"]:
+            assert set(row) == BY_RULE_KEYS and isinstance(row["count"], int) and row["name"] == NAMES[row["code"]]
+        for row in entry["needs_human"]:
+            assert set(row) == HUMAN_KEYS and isinstance(row["hint"], str)
+        assert all(isinstance(command, str) and command.startswith("torchrun ") for command in entry["launch"])
         for finding in entry["findings"]:
             assert set(finding) == FINDING_KEYS
             assert finding["kind"] in ("change", "diagnostic")
@@ -88,11 +95,27 @@ def test_json_is_the_documented_schema_and_all_of_stdout(project):
     assert [(f["code"], f["line"], f["column"]) for f in train["findings"] if f["kind"] == "change"] == [
         (c.code, c.line, c.col) for c in expected.changes
     ]
+    assert {row["code"]: row["count"] for row in train["changes_by_rule"]} == {
+        code: sum(c.code == code for c in expected.changes) for code in {c.code for c in expected.changes}
+    }
+    assert train["launch"] == list(expected.torchrun_commands("train.py"))
     advice = by_path["advice.py"]
+    assert [row["code"] for row in advice["needs_human"]] == [
+        f["code"] for f in advice["findings"] if f["kind"] == "diagnostic"
+    ]
+    assert all(row["hint"] for row in advice["needs_human"])
     assert any(f["kind"] == "diagnostic" and f["code"] == ADVISORY.code and not f["fixable"] for f in advice["findings"])
-    assert by_path["clean.py"] == {"path": "clean.py", "changed": False, "error": None, "findings": []}
+    assert by_path["clean.py"] == {
+        "path": "clean.py",
+        "changed": False,
+        "error": None,
+        "findings": [],
+        "changes_by_rule": [],
+        "needs_human": [],
+        "launch": [],
+    }
     assert by_path["old.py"]["error"]["kind"] == "parse"
-    assert by_path["old.py"]["error"]["line"] == 3
+    assert by_path["old.py"]["error"]["line"] == 4
     assert by_path["old.py"]["error"]["message"].startswith("cannot parse: ")
     assert [f["code"] for f in by_path["run.sh"]["findings"]] == ["DDP201", "DDP202"]
 
@@ -135,7 +158,7 @@ def test_github_annotations(project):
     assert all(line.startswith(("::warning ", "::error ")) for line in out)
     assert "::warning file=run.sh,line=2,col=1,title=DDP201::[*] `python -m torch.distributed.launch` becomes `torchrun`" in out
     (error,) = [line for line in out if line.startswith("::error ")]
-    assert error.startswith("::error file=old.py,line=3,col=")
+    assert error.startswith("::error file=old.py,line=4,col=")
     assert ",title=ddp-migrate::cannot parse: " in error
     assert len([line for line in out if "file=train.py," in line]) == len(migrate(WRAP_EXAMPLE).changes)
     assert result.stderr.splitlines()[-1] == "2 files would be migrated, 1 failed"

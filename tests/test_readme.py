@@ -54,7 +54,11 @@ def test_every_flag_is_in_the_readme():
     assert not missing, f"README.md does not mention {missing}"
 
 
-def test_cli_relevance_words_are_the_engines():
-    from migrator.api import RELEVANT
+def test_cli_prefilter_never_skips_what_the_engine_would_read():
+    """The CLI's cheap word check must be a superset of the engine's own relevance test."""
+    from migrator.relevance import ALWAYS, WITH_TORCH, python_may_need_migration
 
-    assert cli_module.PYTHON_RELEVANT == RELEVANT
+    samples = [*ALWAYS, *(f"import torch  # {word}" for word in WITH_TORCH), "import torch", "x = 1"]
+    for text in samples:
+        if python_may_need_migration(text):
+            assert any(word in text for word in cli_module.PYTHON_RELEVANT), text
