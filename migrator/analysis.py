@@ -172,6 +172,7 @@ class ScriptFacts:
     local_names: Mapping[ScopeOwner, FrozenSet[str]]  # names bound in each function (or the module)
     owners: Mapping[cst.CSTNode, ScopeOwner]  # node -> the function (or class, or module) it runs in
     order: Mapping[cst.CSTNode, int]  # node -> its place in the source
+    parents: Mapping[cst.CSTNode, cst.CSTNode]  # node -> its parent (the edit pass walks only edited paths)
     before_setup: FrozenSet[cst.CSTNode]  # functions called before the process group exists
     entry: Optional[EntryPoint]
     has_main_guard: bool
@@ -450,6 +451,7 @@ class _Analysis:
             local_names={owner: frozenset(names) for owner, names in self.c.bound.items()},
             owners=self.c.owners,
             order=self.c.order,
+            parents=self.c.parents,
             before_setup=frozenset(),
             entry=entry,
             has_main_guard=guard is not None,

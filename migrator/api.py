@@ -51,7 +51,7 @@ def _migrate(source: str, options: Options) -> Result:
     launch_args = facts.required_arguments if facts.trains or facts.has_init_process_group else None
     if plan.empty:
         return Result(code=source, diagnostics=diagnostics, original=source, launch_args=launch_args)
-    new = _with_imports(edits.apply(module, plan), plan)
+    new = _with_imports(edits.apply(module, plan, facts.parents), plan)
     code = new.code
     _check_parses(code)
     changes = tuple(sorted(plan.changes, key=lambda c: (c.line, c.col)))

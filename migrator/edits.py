@@ -8,7 +8,7 @@ compose without seeing each other's intermediate trees.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
@@ -58,12 +58,17 @@ class Plan:
 
 
 class _Applier(cst.CSTTransformer):
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, parents: Optional[Mapping[cst.CSTNode, cst.CSTNode]] = None) -> None:
         super().__init__()
         self.plan = plan
+        self.paths = _paths_to_edits(plan, parents) if parents is not None else None
         self.produced: Dict[cst.CSTNode, cst.CSTNode] = {}  # original statement -> updated statement
         self.wrap_firsts: Set[cst.CSTNode] = {first for first, _ in plan.wrap_tail.values()}
         self.guarded: Dict[cst.CSTNode, str] = {}  # updated statement -> its condition
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        # Only walk down to the edited nodes: the rest of the tree is kept as it is.
+        return self.paths is None or node in self.paths
 
     def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):  # type: ignore[override]
         result = updated
@@ -144,5 +149,17 @@ def _if_block(condition: str, statements: List[cst.BaseStatement]) -> cst.If:
     )
 
 
-def apply(module: cst.Module, plan: Plan) -> cst.Module:
-    return module.visit(_Applier(plan))  # type: ignore[return-value]
+def _paths_to_edits(plan: Plan, parents: Mapping[cst.CSTNode, cst.CSTNode]) -> Set[cst.CSTNode]:
+    """Every edited node and all its ancestors."""
+    targets = [*plan.replacements, *plan.before, *plan.after, *plan.wrap_tail, *plan.guards]
+    paths: Set[cst.CSTNode] = set()
+    for node in targets:
+        while node is not None and node not in paths:
+            paths.add(node)
+            node = parents.get(node)
+    return paths
+
+
+def apply(module: cst.Module, plan: Plan, parents: Optional[Mapping[cst.CSTNode, cst.CSTNode]] = None) -> cst.Module:
+    """Carry out the plan; with the parent map, only the paths down to the edits are visited."""
+    return module.visit(_Applier(plan, parents))  # type: ignore[return-value]
