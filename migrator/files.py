@@ -108,14 +108,7 @@ def read_text(path: PathLike) -> SourceFile:
         data = path.read_bytes()
     except OSError as exc:
         raise FileError(path, f"cannot read: {exc.strerror or exc}") from None
-    bom = data.startswith(UTF8_BOM)
-    body = data[len(UTF8_BOM):] if bom else data
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line, col = _line_col(body, exc.start)
-        bad = " ".join(f"{byte:02x}" for byte in body[exc.start : exc.end])
-        raise UndecodableError(f"byte(s) {bad} are not valid utf-8", line, col, os.fspath(path)) from None
+    text, bom = _decode_utf8(data, path)
     return SourceFile(path, text, "utf-8", bom, _digest(data))
 
 
@@ -126,15 +119,20 @@ def read_data(data: bytes, path: PathLike, kind: str = PYTHON) -> SourceFile:
     if kind == PYTHON:
         text, encoding, bom = decode_source(data, path)
         return SourceFile(path, text, encoding, bom)
+    text, bom = _decode_utf8(data, path)
+    return SourceFile(path, text, "utf-8", bom)
+
+
+def _decode_utf8(data: bytes, path: Path):
+    """Launcher files are UTF-8 (a BOM is kept aside); anything else is a place-named error."""
     bom = data.startswith(UTF8_BOM)
     body = data[len(UTF8_BOM):] if bom else data
     try:
-        text = body.decode("utf-8")
+        return body.decode("utf-8"), bom
     except UnicodeDecodeError as exc:
         line, col = _line_col(body, exc.start)
         bad = " ".join(f"{byte:02x}" for byte in body[exc.start : exc.end])
         raise UndecodableError(f"byte(s) {bad} are not valid utf-8", line, col, os.fspath(path)) from None
-    return SourceFile(path, text, "utf-8", bom)
 
 
 def source_kind(path: PathLike) -> Optional[str]:
