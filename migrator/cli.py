@@ -479,7 +479,10 @@ def run_jobs(
     executor = None
     if jobs > 1 and len(pending) >= POOL_MIN_FILES:
         executor = _pool(min(jobs, len(pending)))
-        futures = {id(job): executor.submit(_migrate, job, options) for job in pending}
+        # Largest first, so a big file started last does not leave the other workers idle;
+        # the results are still taken (and printed) in the original order.
+        by_size = sorted(pending, key=lambda job: len(job.source.text), reverse=True)
+        futures = {id(job): executor.submit(_migrate, job, options) for job in by_size}
     try:
         for item in read:
             if isinstance(item, _Job):
