@@ -19,6 +19,7 @@ from typing import Dict, FrozenSet, List, Optional, Set
 import libcst as cst
 
 ScopeOwner = cst.CSTNode  # a FunctionDef, Lambda, ClassDef or the Module
+_SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 
 
 def dotted_name(node: cst.CSTNode) -> Optional[str]:
@@ -58,8 +59,9 @@ class NameIndex(cst.CSTVisitor):
         self._counter += 1
         self.order[node] = self._counter
         self.owners[node] = self._owners[-1]
-        if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        # type() instead of isinstance(): libcst nodes are ABCs, and this runs for every node.
+        if type(node) in _SCOPES:
+            if type(node) is not cst.Lambda:
                 self.bound[self._owners[-1]].add(node.name.value)
             self._owners.append(node)
             self.bound.setdefault(node, set())
