@@ -1,0 +1,51 @@
+"""One read-only pass over a script: everything the rules need to know, found once.
+
+Rules never walk the tree themselves; they read `ScriptFacts`. Names are resolved with
+libcst's QualifiedNameProvider, so `nn.DataParallel`, `torch.nn.DataParallel` and
+`from torch.nn import DataParallel as DP` are the same thing here.
+
+Layout, one concern per module:
+  facts.py      the frozen facts (ScriptFacts and its parts) and LazyPositions
+  collector.py  the single traversal (_Collector) and analyze()
+  passes.py     _Analysis: tree helpers, the assembled facts and the flow facts
+  entry.py      the entry point; models.py models and DataParallel; devices.py devices and .cuda();
+  imports.py    imports, launch literals and required arguments (all bound as _Analysis methods)
+  helpers.py    small syntactic helpers
+"""
+from migrator.analysis.collector import _Collector, analyze
+from migrator.analysis.facts import (
+    CudaCall,
+    DataParallelSite,
+    DeviceLiteral,
+    EntryPoint,
+    ImportNames,
+    LazyPositions,
+    ModelFact,
+    ScriptFacts,
+    _OffsetState,
+)
+from migrator.analysis.helpers import Block, Statement, code_of, code_of_target
+from migrator.analysis.passes import _Analysis
+from migrator.dataflow import LoaderFact, ModelUse, SaveSite
+
+__all__ = [
+    "Block",
+    "CudaCall",
+    "DataParallelSite",
+    "DeviceLiteral",
+    "EntryPoint",
+    "ImportNames",
+    "LazyPositions",
+    "LoaderFact",
+    "ModelFact",
+    "ModelUse",
+    "SaveSite",
+    "ScriptFacts",
+    "Statement",
+    "_Analysis",
+    "_Collector",
+    "_OffsetState",
+    "analyze",
+    "code_of",
+    "code_of_target",
+]

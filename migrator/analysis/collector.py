@@ -1,0 +1,122 @@
+"""The single traversal that collects raw sites, and `analyze()`, the entry to the analysis."""
+from __future__ import annotations
+
+from typing import Dict, List, Set, Tuple, Union
+
+import libcst as cst
+import libcst.matchers as m
+
+from migrator import names as N
+from migrator.bindings import NameIndex
+from migrator.analysis.facts import ScriptFacts
+from migrator.analysis.helpers import code_of
+from migrator.analysis.passes import _Analysis
+
+
+# --------------------------------------------------------------------------- analysis
+
+
+class _Collector(NameIndex):
+    """The single traversal: bindings (from NameIndex) plus the raw sites the facts are made of."""
+
+    def __init__(self, module: cst.Module) -> None:
+        super().__init__(module)
+        self.calls: List[cst.Call] = []
+        self.calls_by_qname: Dict[str, List[cst.Call]] = {}
+        self.optimizer_calls: List[Tuple[cst.Call, str]] = []
+        self.cuda_calls: List[cst.Call] = []
+        self.device_strings: List[cst.SimpleString] = []
+        self.main_guards: List[cst.If] = []
+        self.assignments: List[Tuple[str, cst.SimpleStatementLine]] = []
+        self.expr_calls: List[Tuple[str, str, cst.SimpleStatementLine]] = []  # (receiver, method, statement)
+        self.loops: List[Union[cst.For, cst.While]] = []
+        self.functions: List[cst.FunctionDef] = []
+        self.attributes: List[cst.Attribute] = []
+        self.classes: List[cst.ClassDef] = []
+        self.log_statements: List[cst.SimpleStatementLine] = []
+        self.launch_strings: List[cst.BaseExpression] = []
+        self.rank_checks: List[cst.If] = []
+        self.legacy_launch_imports: List[cst.CSTNode] = []
+
+    def qnames(self, node: cst.CSTNode) -> Set[str]:
+        qualified = self.resolve(node)
+        return {qualified} if qualified else set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+    def resolve_calls(self) -> None:
+        """After the traversal, when every import is known (scripts import late, too)."""
+        for node in self.calls:
+            qualified = self.resolve(node.func)
+            if qualified:
+                self.calls_by_qname.setdefault(qualified, []).append(node)
+                if N.is_optimizer(qualified):
+                    self.optimizer_calls.append((node, qualified))
+            if m.matches(node.func, m.Attribute(attr=m.Name("cuda"))) and self.resolve(node.func.value) != "torch":  # type: ignore[attr-defined]
+                self.cuda_calls.append(node)
+
+    def visit_For(self, node: cst.For) -> None:
+        super().visit_For(node)
+        self.loops.append(node)
+
+    def visit_While(self, node: cst.While) -> None:
+        self.loops.append(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.functions.append(node)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.classes.append(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self.attributes.append(node)
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        if N.is_cuda_string(node):
+            self.device_strings.append(node)
+        elif N.LAUNCH_MODULES_TEXT in node.value:
+            self.launch_strings.append(node)
+
+    def visit_FormattedString(self, node: cst.FormattedString) -> None:
+        if any(N.LAUNCH_MODULES_TEXT in getattr(part, "value", "") for part in node.parts):
+            self.launch_strings.append(node)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        super().visit_Import(node)
+        if any(code_of(alias.name).startswith("torch.distributed.launch") for alias in node.names):
+            self.legacy_launch_imports.append(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        super().visit_ImportFrom(node)
+        module = code_of(node.module) if node.module is not None else ""
+        names = [] if isinstance(node.names, cst.ImportStar) else [code_of(a.name) for a in node.names]
+        if module.startswith("torch.distributed.launch") or (module == "torch.distributed" and "launch" in names):
+            self.legacy_launch_imports.append(node)
+
+    def visit_If(self, node: cst.If) -> None:
+        if m.matches(node.test, N.MAIN_GUARD):
+            self.main_guards.append(node)
+        elif N.mentions_rank(node.test):
+            self.rank_checks.append(node)
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        if N.is_log_statement(node):
+            self.log_statements.append(node)
+        for small in node.body:
+            if isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+                targets = (
+                    [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+                )
+                for target in targets:
+                    self.assignments.append((code_of(target), node))
+            elif isinstance(small, cst.Expr) and m.matches(small.value, m.Call(func=m.Attribute())):
+                func = small.value.func  # type: ignore[attr-defined]
+                self.expr_calls.append((code_of(func.value), func.attr.value, node))
+
+
+def analyze(module: cst.Module) -> ScriptFacts:
+    collector = _Collector(module)
+    module.visit(collector)
+    collector.resolve_calls()
+    return _Analysis(module, collector).facts()

@@ -1,0 +1,118 @@
+"""Device strings, device variables and `.cuda()` calls.
+
+Plain functions taking the `_Analysis`; bound as its methods in `passes.py`.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import libcst as cst
+import libcst.matchers as m
+
+from migrator import names as N
+from migrator.analysis.facts import CudaCall, DeviceLiteral, EntryPoint
+from migrator.analysis.helpers import Statement, _strings_in, code_of
+
+
+# -- devices -----------------------------------------------------------------------
+def device_literal(self, node: cst.SimpleString) -> Optional[DeviceLiteral]:
+    parent = self.parent(node)
+    conditional = isinstance(parent, cst.IfExp) and parent.body is node and N.is_cpu_string(parent.orelse)
+    holder = parent if conditional else node
+    arg = self.parent(holder)
+    scope = self.scope_of(node)
+    if isinstance(arg, cst.Arg) and arg.keyword is None:
+        call = self.parent(arg)
+        if isinstance(call, cst.Call) and call.args and call.args[0] is arg:
+            qnames = self.c.qnames(call.func)
+            if qnames & N.TORCH_DEVICE:
+                indexed = len(call.args) > 1 and call.args[1].keyword is None
+                return DeviceLiteral(node, conditional, scope, call if indexed else None)  # type: ignore[arg-type]
+            if m.matches(call.func, m.Attribute(attr=m.Name("to"))):
+                device = None if conditional else self.device_expr_at(call)
+                return DeviceLiteral(node, conditional, scope, device_expr=device)  # type: ignore[arg-type]
+        return None
+    if isinstance(arg, cst.Assign) and any("device" in code_of(t.target) for t in arg.targets):
+        return DeviceLiteral(node, conditional, scope)  # type: ignore[arg-type]
+    return None
+
+def is_torch_device_call(self, value: Optional[cst.CSTNode]) -> bool:
+    return isinstance(value, cst.Call) and bool(self.c.qnames(value.func) & N.TORCH_DEVICE)
+
+def device_assignments(self) -> List[Tuple[str, cst.SimpleStatementLine]]:
+    """Assignments of the script's device variables: `device = torch.device(...)` or a "cuda" string."""
+    found = []
+    for target, statement in self.c.assignments:
+        small = statement.body[0]
+        value = getattr(small, "value", None)
+        if value is None:
+            continue
+        if self.is_torch_device_call(value) or (
+            "device" in target and any(s in self.c.device_strings for s in _strings_in(value))
+        ):
+            found.append((target, statement))
+    return found
+
+def entry_device_var(self, entry: Optional[EntryPoint]) -> Optional[str]:
+    if entry is None:
+        return None
+    for target, statement in self.device_assignments():
+        scope = self.scope_of(statement)
+        if "." not in target and scope is not None and (scope is entry.scope or scope is self.module):
+            return target
+    return None
+
+def module_level_device_statement(self, entry: Optional[EntryPoint]) -> Optional[Statement]:
+    """A module-level device assignment in a script whose setup runs in a function.
+
+    The device then needs `local_rank` at import time: reading an environment variable
+    there is harmless, unlike setting up the process group.
+    """
+    if entry is None or entry.kind == "module":
+        return None
+    for target, statement in self.device_assignments():
+        if self.parent(statement) is self.module and any(
+            literal in self.c.device_strings for literal in _strings_in(statement)
+        ):
+            return statement
+    return None
+
+def device_expr_at(self, node: cst.CSTNode, typed: bool = False) -> Optional[str]:
+    """A device variable that code at `node` can use (`typed`: a torch.device, which has `.type`)."""
+    scope = self.scope_of(node)
+    if scope is None:
+        return None
+    for target, statement in self.device_assignments():
+        if typed and not self.is_torch_device_call(getattr(statement.body[0], "value", None)):
+            continue
+        if "." in target:
+            # self.device: usable in the methods of the class that assigns it.
+            cls = self.enclosing_class(statement)
+            if target.startswith("self.") and cls is not None and cls is self.enclosing_class(node):
+                return target
+            continue
+        owner = self.scope_of(statement)
+        if owner is scope or (owner is self.module and target not in self.c.bound.get(scope, ())):
+            return target
+    if not typed and "device" in self.c.params.get(scope, ()):
+        return "device"
+    return None
+
+def cuda_call(self, call: cst.Call) -> CudaCall:
+    guarded = any(
+        (isinstance(anc, cst.If) and N.mentions_cuda(anc.test) and not self.in_orelse(call, anc))
+        or (isinstance(anc, cst.IfExp) and N.mentions_cuda(anc.test))
+        for anc in self.ancestors(call)
+    )
+    pinned = bool(call.args) and call.args[0].keyword is None
+    return CudaCall(call, self.scope_of(call), guarded, self.device_expr_at(call), pinned)  # type: ignore[arg-type]
+
+def with_entry_device(self, cuda_call: CudaCall, entry: EntryPoint) -> CudaCall:
+    """Once the setup defines `device`, code in the entry scope can use it."""
+    visible = cuda_call.scope is entry.scope or entry.scope is self.module
+    if cuda_call.device_expr is None and visible:
+        return CudaCall(cuda_call.call, cuda_call.scope, cuda_call.guarded, "device", cuda_call.pinned)
+    return cuda_call
+
+def in_orelse(self, node: cst.CSTNode, if_node: cst.If) -> bool:
+    return if_node.orelse is not None and any(a is if_node.orelse for a in self.ancestors(node))

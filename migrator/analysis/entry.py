@@ -1,0 +1,90 @@
+"""Where the script's setup goes: the entry point, and models built at import time.
+
+Plain functions taking the `_Analysis`; bound as its methods in `passes.py`.
+"""
+from __future__ import annotations
+
+from typing import Optional, Set, Tuple
+
+import libcst as cst
+
+from migrator import names as N
+from migrator.analysis.facts import EntryPoint, ModelFact
+from migrator.analysis.helpers import Block, Statement, _called_names, _referenced_names
+
+
+# -- entry point -------------------------------------------------------------------
+def entry_point(self, guard: Optional[cst.If], models: Tuple[ModelFact, ...]) -> Optional[EntryPoint]:
+    sites = [m_.definition for m_ in models if m_.definition is not None]
+    if not sites:
+        return None
+    launch_block: Block = guard.body if guard is not None else self.module  # type: ignore[assignment]
+    # 1. Training written straight into the guard body (or, without a guard, at module level).
+    direct = [s for s in sites if self.top_statement_in(s, launch_block) is not None]
+    if direct:
+        kind = "guard" if guard is not None else "module"
+        return self.entry_in_block(kind, launch_block, None)
+    # 2. A function called from the launch block that (transitively) builds the model.
+    functions = {f.name.value: f for f in self.module.body if isinstance(f, (cst.FunctionDef, cst.ClassDef))}
+    for statement in launch_block.body:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        for name in _called_names(statement):
+            target = functions.get(name)
+            if isinstance(target, cst.FunctionDef) and self.reaches(target, sites, functions, set()):
+                if self.holds_loop(statement):
+                    # `for fold in range(5): train_loop(fold)`: one process group for all the
+                    # calls, so the setup goes in the launch block, before the loop.
+                    kind = "guard" if guard is not None else "module"
+                    return self.entry_in_block(kind, launch_block, None)
+                return self.entry_in_block("function", target.body, statement)  # type: ignore[arg-type]
+    return None
+
+def import_time_model(self, guard: Optional[cst.If], models: Tuple[ModelFact, ...]) -> Optional[Statement]:
+    """A model built at module level although the module has a main guard.
+
+    The setup cannot go there: DataLoader workers started with spawn/forkserver re-import the
+    main module, and would each try to join the process group.
+    """
+    if guard is None:
+        return None
+    return next(
+        (m_.definition for m_ in models if m_.definition is not None and self.parent(m_.definition) is self.module),
+        None,
+    )
+
+def holds_loop(self, statement: cst.CSTNode) -> bool:
+    """A loop, or a try/with/if around one (`try: for epoch ...: except KeyboardInterrupt:`)."""
+    if isinstance(statement, (cst.For, cst.While)):
+        return True
+    if isinstance(statement, (cst.FunctionDef, cst.ClassDef, cst.SimpleStatementLine)):
+        return False
+    return any(self.is_inside(loop, statement) and self.enclosing_function(loop) is self.enclosing_function(statement) for loop in self.c.loops)
+
+def top_statement_in(self, node: cst.CSTNode, block: Block) -> Optional[Statement]:
+    """The statement of `block` that contains `node`, unless a def/class lies in between."""
+    for anc in [node, *self.ancestors(node)]:
+        if isinstance(anc, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return None
+        if self.parent(anc) is block:
+            return anc  # type: ignore[return-value]
+    return None
+
+def reaches(self, fn: cst.CSTNode, sites, functions, seen: Set[str]) -> bool:
+    if any(anc is fn for s in sites for anc in self.ancestors(s)):
+        return True
+    name = fn.name.value  # type: ignore[attr-defined]
+    seen.add(name)
+    return any(
+        callee in functions and callee not in seen and self.reaches(functions[callee], sites, functions, seen)
+        for callee in _referenced_names(fn)
+    )
+
+def entry_in_block(self, kind: str, block: Block, call_statement: Optional[Statement]) -> EntryPoint:
+    body = list(block.body)
+    index = 0
+    while index < len(body) - 1 and N.is_preamble(body[index], module_level=isinstance(block, cst.Module)):
+        index += 1
+    scope = self.scope_of(body[index])
+    training = next((s for s in body[index:] if self.holds_loop(s)), body[index])
+    return EntryPoint(kind, block, body[index], training, scope, call_statement)  # type: ignore[arg-type]

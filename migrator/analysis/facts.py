@@ -1,0 +1,244 @@
+"""The frozen facts the analysis produces: what the rules read."""
+from __future__ import annotations
+
+import bisect
+from contextlib import contextmanager
+
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, List, Mapping, Optional, Tuple
+
+import libcst as cst
+from libcst._nodes.internal import CodegenState
+
+from migrator.bindings import ScopeOwner
+from migrator.dataflow import LoaderFact, ModelUse, SaveSite
+from migrator.analysis.helpers import Block, Statement
+
+
+# --------------------------------------------------------------------------- facts
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    """Where training starts, and so where the process group is set up and torn down.
+
+    kind: "function" (a main()-like function called from the launch block), "guard" (the body of
+    `if __name__ == "__main__":`) or "module" (a flat script with no guard).
+    """
+
+    kind: str
+    block: Block  # the block the setup goes into
+    anchor: Statement  # setup is inserted before this statement of `block`
+    training: Statement  # the first loop at or after the anchor: try/finally starts here (guard/module)
+    scope: ScopeOwner  # scope of `block`; `local_rank` is defined there
+    call_statement: Optional[Statement] = None  # for kind == "function": the launch statement calling it
+
+
+@dataclass(frozen=True)
+class DataParallelSite:
+    call: cst.Call  # the DataParallel(...) call
+    statement: Statement  # the statement holding it
+    target: Optional[str]  # "model" in `model = DP(...)`; None when not a plain assignment
+    inner: Optional[cst.BaseExpression]  # the module being wrapped
+    chained: Optional[cst.Call]  # `DP(m).cuda()` / `.to(dev)`: the outer call, to move inside the wrap
+    conditional: Optional[cst.If]  # `if torch.cuda.device_count() > 1: model = DP(model)`
+
+
+@dataclass(frozen=True)
+class ModelFact:
+    """A trained model: its parameters reach a torch.optim optimizer."""
+
+    expr: str  # "model", "self.model", "netG"
+    optimizer_call: cst.Call
+    definition: Optional[cst.SimpleStatementLine]  # the statement that builds it (None: came from a caller)
+    wrap_after: Optional[Statement]  # last statement preparing it (to/cuda/compile/load); the wrap goes after
+    dataparallel: Optional[DataParallelSite]
+    already_ddp: bool
+    scope: Optional[ScopeOwner]
+    device_expr: Optional[str] = None  # a torch.device variable visible where the model is built
+    # DataParallel inside branches (imagenet's `if arch.startswith("vgg"): model.features = DP(...)`
+    # `else: model = DP(model).cuda()`): each is unwrapped in place and one DDP wraps the whole
+    # model after the branches.
+    stripped: Tuple[DataParallelSite, ...] = ()
+    rebound: Tuple[Statement, ...] = ()  # later `model = ...` (a reloaded model): wrapped again there
+
+
+@dataclass(frozen=True)
+class DeviceLiteral:
+    """A "cuda" / "cuda:0" string that names the script's device."""
+
+    node: cst.SimpleString
+    conditional: bool  # already inside `... if <cond> else "cpu"`
+    scope: ScopeOwner
+    device_call: Optional[cst.Call] = None  # torch.device("cuda", 0): the call whose index argument goes
+    device_expr: Optional[str] = None  # `.to("cuda")` with a device variable in reach: use it instead
+
+
+@dataclass(frozen=True)
+class CudaCall:
+    """`x.cuda(...)` on a tensor or module."""
+
+    call: cst.Call
+    scope: ScopeOwner
+    guarded: bool  # under `if <something about cuda>:` so it only runs when CUDA is there
+    device_expr: Optional[str]  # a device variable usable at this point ("device", "self.device")
+    pinned: bool  # has a positional device index (`.cuda(0)`, `.cuda(args.gpu)`)
+
+
+@dataclass(frozen=True)
+class ImportNames:
+    """How the script spells the things the migration writes (its own aliases where it has them)."""
+
+    torch: str
+    torch_import_needed: bool
+    dist: str
+    dist_import_needed: bool
+    ddp: str
+    ddp_import_needed: bool
+    os_import_needed: bool
+    sampler: str = "DistributedSampler"
+    sampler_import_needed: bool = True
+
+
+class _OffsetState(CodegenState):
+    """Code generation that notes where nodes start, as character offsets only.
+
+    libcst's PositionProvider tracks line and column for every token and node: about 0.3 s on
+    a 1,000-line script, for the handful of places a migration reports. Offsets cost a length
+    addition per token; lines and columns are derived for the nodes actually asked about.
+    """
+
+    def __init__(self, module: cst.Module) -> None:
+        super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
+        self.offset = 0
+        self.starts: Dict[cst.CSTNode, int] = {}
+
+    def add_indent_tokens(self) -> None:
+        for token in self.indent_tokens:
+            self.add_token(token)
+
+    def add_token(self, value: str) -> None:
+        self.tokens.append(value)
+        self.offset += len(value)
+
+    @contextmanager
+    def record_syntactic_position(self, node, *, start_node=None, end_node=None):
+        start = self.offset
+        try:
+            yield
+        finally:
+            self.starts[node] = self.starts[start_node] if start_node is not None else start
+
+
+class LazyPositions:
+    """Where nodes start (1-based line, 0-based column), computed on first use."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self._module = module
+        self._state: Optional[_OffsetState] = None
+        self._newlines: List[int] = []
+
+    def start(self, node: cst.CSTNode) -> Optional[Tuple[int, int]]:
+        if self._state is None:
+            self._state = _OffsetState(self._module)
+            self._module._codegen(self._state)
+            code = "".join(self._state.tokens)
+            self._newlines = [i for i, ch in enumerate(code) if ch == "\n"]
+        offset = self._state.starts.get(node)
+        if offset is None:
+            return None
+        line = bisect.bisect_left(self._newlines, offset)
+        line_start = self._newlines[line - 1] + 1 if line else 0
+        return line + 1, offset - line_start
+
+
+@dataclass(frozen=True)
+class ScriptFacts:
+    module: cst.Module
+    positions: LazyPositions
+    local_names: Mapping[ScopeOwner, FrozenSet[str]]  # names bound in each function (or the module)
+    owners: Mapping[cst.CSTNode, ScopeOwner]  # node -> the function (or class, or module) it runs in
+    order: Mapping[cst.CSTNode, int]  # node -> its place in the source
+    parents: Mapping[cst.CSTNode, cst.CSTNode]  # node -> its parent (the edit pass walks only edited paths)
+    before_setup: FrozenSet[cst.CSTNode]  # functions called before the process group exists
+    entry: Optional[EntryPoint]
+    has_main_guard: bool
+    has_init_process_group: bool
+    has_destroy_process_group: bool
+    models: Tuple[ModelFact, ...]
+    dataparallel_sites: Tuple[DataParallelSite, ...]
+    blocking_dataparallel: Tuple[DataParallelSite, ...]  # feeds a trained model, cannot be rewritten
+    other_dataparallel: Tuple[DataParallelSite, ...]  # elsewhere (inference code): left, and reported
+    device_literals: Tuple[DeviceLiteral, ...]
+    cuda_calls: Tuple[CudaCall, ...]
+    import_time_model: Optional[Statement]  # a model built at import time of a module with a main guard
+    device_var_needed: bool  # the setup must define `device` (unguarded .cuda() with no device variable)
+    device_var: Optional[str]  # the device variable of the entry scope, if the script has one
+    local_rank_at_module: Optional[Statement]  # a module-level device needs local_rank before this statement
+    names: ImportNames
+    loaders: Tuple[LoaderFact, ...]
+    saves: Tuple[SaveSite, ...]
+    log_statements: Tuple[Statement, ...]  # per-step/epoch prints and logs
+    reads_after_write: Tuple[Statement, ...]  # loads of a checkpoint written earlier: barrier first
+    progress_bars: Tuple[cst.Call, ...]  # tqdm(...) without disable=
+    local_rank_arguments: Tuple[cst.Call, ...]  # parser.add_argument("--local_rank", ...)
+    accumulation_steps: Tuple[cst.CSTNode, ...]  # optimizer steps taken every N micro-batches
+    batchnorm_layers: Tuple[cst.Call, ...]  # nn.BatchNorm*d(...) calls
+    rank_divergent: Tuple[cst.If, ...]  # `if rank == 0:` around a forward or a collective
+    required_arguments: Tuple[str, ...]  # what the script's own argparse parser requires
+    launch_literals: Tuple[cst.BaseExpression, ...]  # strings / argv lists running torch.distributed.launch|run
+    legacy_launch_imports: Tuple[cst.CSTNode, ...]  # import torch.distributed.launch
+    model_uses: Tuple[ModelUse, ...]  # attributes of wrapped models (state_dict, custom methods)
+    whole_model_saves: Tuple[Tuple[cst.Arg, ModelFact], ...]  # torch.save(model, f) after the wrap
+    bare_unwraps: Tuple[Tuple[cst.Name, ModelFact], ...]  # `model._orig_mod if c else model`: the bare `model`
+    torch_loads: Tuple[Tuple[cst.Call, Optional[str]], ...]  # torch.load without map_location, device in reach
+    dataparallel_imports: Tuple[Tuple[str, str, Optional[str]], ...]  # (module, name, asname) to drop if unused
+
+    def line_col(self, node: cst.CSTNode) -> Tuple[int, int]:
+        """1-based line and column, as editors and linters show them."""
+        start = self.positions.start(node)
+        return (start[0], start[1] + 1) if start else (1, 1)
+
+    def owner_of(self, node: cst.CSTNode) -> ScopeOwner:
+        return self.owners.get(node, self.module)
+
+    def after_setup(self, node: cst.CSTNode) -> bool:
+        """Does `node` run once the process group exists? Rank guards and barriers need it.
+
+        Code in functions runs when called, which for a migrated script is from the entry point
+        (after the setup); the launch block and module-level code run only after the setup when
+        the setup is there, and then only below it.
+        """
+        if self.entry is None:
+            return False
+        owner = self.owner_of(node)
+        after_anchor = self.order.get(node, 0) > self.order.get(self.entry.anchor, 0)
+        if owner is self.entry.scope:
+            return after_anchor
+        if owner is self.module:
+            return False
+        return not any(fn in self.before_setup for fn in self.enclosing_functions(node))
+
+    def enclosing_functions(self, node: cst.CSTNode):
+        owner = self.owner_of(node)
+        while owner is not self.module and owner is not None:
+            yield owner
+            owner = self.owner_of(owner)
+
+    @property
+    def trains(self) -> bool:
+        return bool(self.models)
+
+    @property
+    def unrewritable_dataparallel(self) -> Tuple[DataParallelSite, ...]:
+        """DataParallel that builds a trained model in a shape the tool cannot rewrite: the file is left alone."""
+        return self.blocking_dataparallel
+
+    def local_rank_visible(self, scope: Optional[ScopeOwner]) -> bool:
+        """Will the `local_rank` variable written by the setup be visible from `scope`?"""
+        if self.entry is None or scope is None:
+            return False
+        if self.local_rank_at_module is not None or self.entry.scope is self.module:
+            # A module global: visible from every function that does not shadow it.
+            return scope is self.entry.scope or "local_rank" not in self.local_names.get(scope, ())
+        return scope is self.entry.scope

@@ -1,0 +1,75 @@
+"""Small syntactic helpers shared by the analysis modules."""
+from __future__ import annotations
+
+from typing import List, Set, Union
+
+import libcst as cst
+import libcst.matchers as m
+
+Block = Union[cst.Module, cst.IndentedBlock]
+Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
+
+
+def code_of(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def _parameter_owners(optimizer_call: cst.Call) -> List[str]:
+    """`model` in optim.SGD(model.parameters()), [{"params": model.parameters()}], filter(..., m.parameters())."""
+    if not optimizer_call.args:
+        return []
+    return _parameter_owners_in(optimizer_call.args[0].value)
+
+
+def _parameter_owners_in(params: cst.CSTNode) -> List[str]:
+    owners: List[str] = []
+    for call in m.findall(params, m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))):
+        owner = code_of(call.func.value)  # type: ignore[attr-defined]
+        if owner not in owners:
+            owners.append(owner)
+    return owners
+
+
+def _called_names(node: cst.CSTNode) -> List[str]:
+    return [call.func.value for call in m.findall(node, m.Call(func=m.Name()))]  # type: ignore[attr-defined]
+
+
+def _referenced_names(node: cst.CSTNode) -> Set[str]:
+    return {name.value for name in m.findall(node, m.Name())}  # type: ignore[attr-defined]
+
+
+def code_of_target(statement: cst.SimpleStatementLine) -> str:
+    small = statement.body[0]
+    target = small.targets[0].target if isinstance(small, cst.Assign) else getattr(small, "target", None)
+    return code_of(target) if target is not None else ""
+
+
+def _returns(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and any(isinstance(s, cst.Return) for s in statement.body)
+
+
+def _raw_text(node: cst.CSTNode) -> str:
+    return node.raw_value if isinstance(node, cst.SimpleString) else code_of(node)
+
+
+def _is_local_rank_argument(call: cst.Call) -> bool:
+    if not m.matches(call.func, m.Attribute(attr=m.Name("add_argument"))):
+        return False
+    return any(
+        isinstance(arg.value, cst.SimpleString) and arg.value.evaluated_value in ("--local_rank", "--local-rank")
+        for arg in call.args
+        if arg.keyword is None
+    )
+
+
+def _has_map_location(call: cst.Call) -> bool:
+    keywords = {arg.keyword.value for arg in call.args if arg.keyword is not None}
+    positional = [arg for arg in call.args if arg.keyword is None]
+    return "map_location" in keywords or len(positional) > 1
+
+
+def _strings_in(node: cst.CSTNode) -> List[cst.SimpleString]:
+    return list(m.findall(node, m.SimpleString()))  # type: ignore[arg-type]

@@ -1,0 +1,83 @@
+"""Imports, launch literals and the argparse arguments the script requires.
+
+Plain functions taking the `_Analysis`; bound as its methods in `passes.py`.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import libcst as cst
+import libcst.matchers as m
+
+from migrator import names as N
+from migrator.analysis.facts import ImportNames
+from migrator.analysis.helpers import _is_local_rank_argument, _raw_text
+
+
+# -- imports -----------------------------------------------------------------------
+def import_names(self) -> ImportNames:
+    bound = {qualified: local for local, qualified in self.c.imported[self.module].items()}
+    torch = bound.get("torch")
+    dist = bound.get("torch.distributed")
+    ddp = bound.get("torch.nn.parallel.DistributedDataParallel") or bound.get(
+        "torch.nn.parallel.distributed.DistributedDataParallel"
+    )
+    taken = self.c.bound[self.module]
+    sampler = next((bound[q] for q in N.DISTRIBUTED_SAMPLER if q in bound), None)
+    return ImportNames(
+        torch=torch or "torch",
+        torch_import_needed=torch is None,
+        dist=dist or ("dist" if "dist" not in taken else f"{torch or 'torch'}.distributed"),
+        dist_import_needed=dist is None and "dist" not in taken,
+        ddp=ddp or ("DDP" if "DDP" not in taken else "DistributedDataParallel"),
+        ddp_import_needed=ddp is None,
+        os_import_needed="os" not in bound,
+        sampler=sampler or "DistributedSampler",
+        sampler_import_needed=sampler is None,
+    )
+
+def required_arguments(self) -> Tuple[str, ...]:
+    """`DATA` for a positional, `--config CONFIG` for a required option, in declaration order."""
+    found: List[str] = []
+    for call in self.c.calls:
+        if not m.matches(call.func, m.Attribute(attr=m.Name("add_argument"))) or not call.args:
+            continue
+        first = call.args[0].value
+        if not isinstance(first, cst.SimpleString) or _is_local_rank_argument(call):
+            continue
+        name = str(first.evaluated_value)
+        keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        optional_nargs = m.matches(keywords.get("nargs"), m.SimpleString(value=m.MatchRegex(r"""^['"][?*]['"]$""")))
+        if not name.startswith("-") and "default" not in keywords and not optional_nargs:
+            found.append(name.upper())
+        elif name.startswith("-") and m.matches(keywords.get("required"), m.Name("True")):
+            longest = max((str(a.value.evaluated_value) for a in call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)), key=len)
+            found.append(f"{longest} {longest.lstrip('-').replace('-', '_').upper()}")
+    return tuple(found)
+
+def launch_literals(self) -> Tuple[cst.BaseExpression, ...]:
+    """Argv lists holding the launcher module, and strings (not inside such lists) holding a launch."""
+    lists = []
+    for node in self.c.launch_strings:
+        parent = self.parent(self.parent(node))
+        if isinstance(self.parent(node), cst.Element) and isinstance(parent, (cst.List, cst.Tuple)):
+            if parent not in lists:
+                lists.append(parent)
+    strings = []
+    for node in self.c.launch_strings:
+        if isinstance(self.parent(node), cst.Element) and self.parent(self.parent(node)) in lists:
+            continue
+        while isinstance(self.parent(node), cst.ConcatenatedString):
+            node = self.parent(node)  # the whole implicit concatenation is one command
+        if " " in _raw_text(node) and node not in strings:
+            strings.append(node)
+    return tuple(lists + strings)
+
+def dataparallel_imports(self) -> Tuple[Tuple[str, str, Optional[str]], ...]:
+    """`from torch.nn import DataParallel [as DP]`: (module, name, asname), to drop once unused."""
+    found = []
+    for local, qualified in self.c.imported[self.module].items():
+        if qualified in N.DATAPARALLEL and "." not in local:
+            module, name = qualified.rsplit(".", 1)
+            found.append((module, name, local if local != name else None))
+    return tuple(found)

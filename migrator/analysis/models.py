@@ -1,0 +1,216 @@
+"""Models and DataParallel: which models train, and what each DataParallel site wraps.
+
+Plain functions taking the `_Analysis`; bound as its methods in `passes.py`.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import libcst as cst
+import libcst.matchers as m
+
+from migrator import names as N
+from migrator.analysis.facts import DataParallelSite, ModelFact
+from migrator.analysis.helpers import (
+    Statement,
+    _called_names,
+    _parameter_owners,
+    _parameter_owners_in,
+    _referenced_names,
+    _returns,
+    code_of,
+    code_of_target,
+)
+
+
+# -- models ------------------------------------------------------------------------
+def dataparallel_site(self, call: cst.Call) -> DataParallelSite:
+    statement = self.statement_of(call)
+    chained = None
+    parent = self.parent(call)
+    if isinstance(parent, cst.Attribute) and parent.attr.value in N.MOVE_METHODS:
+        outer = self.parent(parent)
+        if isinstance(outer, cst.Call) and outer.func is parent:
+            chained = outer
+    top = chained or call
+    target = None
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        small = statement.body[0]
+        if isinstance(small, cst.Assign) and small.value is top and len(small.targets) == 1:
+            target = code_of(small.targets[0].target)
+    inner = call.args[0].value if call.args and call.args[0].keyword is None else None
+    conditional = None
+    owner = self.parent(self.block_of(statement)) if statement is not None else None
+    if isinstance(owner, cst.If) and owner.orelse is None and N.is_gpu_count_test(owner.test):
+        others = [s for s in owner.body.body if s is not statement]
+        if all(N.is_log_statement(s) for s in others):
+            conditional = owner
+    return DataParallelSite(call, statement, target, inner, chained, conditional)  # type: ignore[arg-type]
+
+def is_chained_dp(self, cuda_call: cst.Call, dp_sites: Sequence[DataParallelSite]) -> bool:
+    return any(site.chained is cuda_call for site in dp_sites)
+
+def ddp_wrapped_targets(self) -> Set[str]:
+    targets = set()
+    for call in self.calls(N.DDP):
+        if call.args:
+            targets.add(code_of(call.args[0].value))
+        statement = self.statement_of(call)
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign):
+                    targets.update(code_of(t.target) for t in small.targets)
+    return targets
+
+def trained_models(self, dp_sites, ddp_targets: Set[str]) -> Tuple[ModelFact, ...]:
+    models: Dict[str, ModelFact] = {}
+    for call, _ in self.c.optimizer_calls:
+        for expr in _parameter_owners(call) or self.parameter_owners_nearby(call):
+            if expr in models:
+                continue
+            definition = self.model_definition(expr, call)
+            sites = [
+                s for s in dp_sites
+                if (s.target == expr or (s.target or "").startswith(expr + ".")) and self.same_scope(s.statement, definition)
+            ]
+            wrap_after = self.last_preparation(expr, definition) if definition is not None else None
+            stripped = self.nested_sites(sites, definition)
+            if stripped:
+                wrap_after = self.after_branches(stripped, definition, wrap_after)
+            dp = None if stripped else next((s for s in sites if s.target == expr), None)
+            models[expr] = ModelFact(
+                expr=expr,
+                optimizer_call=call,
+                definition=definition,
+                wrap_after=wrap_after,
+                dataparallel=dp,
+                stripped=stripped,
+                already_ddp=expr in ddp_targets,
+                scope=self.scope_of(definition) if definition is not None else None,
+                device_expr=self.device_expr_at(definition, typed=True) if definition is not None else None,
+            )
+    return tuple(models.values())
+
+def same_scope(self, statement, definition) -> bool:
+    """Is `statement` about the same variable as `definition` (same function; same class for self.x)?"""
+    if definition is None:
+        return False
+    if self.scope_of(statement) is self.scope_of(definition):
+        return True
+    cls = self.enclosing_class(definition)
+    return cls is not None and cls is self.enclosing_class(statement)
+
+def split_dataparallel(self, dp_sites, models) -> Tuple[Tuple[DataParallelSite, ...], Tuple[DataParallelSite, ...]]:
+    """DataParallel sites no model took over: blocking when they build a trained model, else left alone."""
+    taken = {id(s) for m_ in models for s in (m_.stripped or ((m_.dataparallel,) if m_.dataparallel else ()))}
+    blocking, other = [], []
+    for site in dp_sites:
+        if id(site) in taken:
+            continue
+        (blocking if self.feeds_trained_model(site, models) else other).append(site)
+    return tuple(blocking), tuple(other)
+
+def feeds_trained_model(self, site: DataParallelSite, models) -> bool:
+    fn = self.enclosing_function(site.call)
+    for model in models:
+        if model.definition is None:
+            continue
+        if self.scope_of(site.statement) is self.scope_of(model.definition):
+            return True
+        if fn is not None and fn.name.value in _called_names(model.definition):
+            return True  # `model = build()` where build() returns DataParallel(...)
+    return False
+
+def nested_sites(self, sites, definition) -> Tuple[DataParallelSite, ...]:
+    """DataParallel sites to unwrap in place: several, on a submodule, or in branches below the model's block.
+
+    One site in the model's own block (`model = DP(model)`, or the tutorial's
+    `if torch.cuda.device_count() > 1: model = DP(model)`) is simply replaced by the wrap.
+    """
+    if definition is None or not sites:
+        return ()
+    if len(sites) == 1:
+        site = sites[0]
+        holder = site.conditional or site.statement
+        if self.block_of(holder) is self.block_of(definition) and "." not in (site.target or "").replace(
+            code_of_target(definition), "", 1
+        ):
+            return ()
+    return tuple(sites)
+
+def after_branches(self, sites, definition, wrap_after):
+    """The statement of the model's block that comes last among the branches holding `sites`."""
+    block = self.block_of(definition)
+    body = list(block.body)  # type: ignore[union-attr]
+    last = body.index(wrap_after)
+    for site in sites:
+        top = self.top_statement_in(site.statement, block)
+        if top is not None:
+            last = max(last, body.index(top))
+    return body[last]
+
+def parameter_owners_nearby(self, optimizer_call: cst.Call) -> List[str]:
+    """Parameter groups built beforehand (`decay = [p for n, p in model.named_parameters() ...]`).
+
+    Only the names the optimizer call uses are followed, to the statements of the same
+    function that assign or extend them.
+    """
+    names = {name.value for name in m.findall(optimizer_call, m.Name())}  # type: ignore[attr-defined]
+    owners: List[str] = []
+    fn = self.enclosing_function(optimizer_call) or self.module
+    for target, statement in self.c.assignments:
+        if target in names and self.scope_of(statement) is self.scope_of(optimizer_call):
+            owners += [o for o in _parameter_owners_in(statement) if o not in owners]
+    for receiver, method, statement in self.c.expr_calls:
+        if receiver in names and method in ("append", "extend") and self.is_inside(statement, fn):
+            owners += [o for o in _parameter_owners_in(statement) if o not in owners]
+    for loop in self.c.loops:
+        if isinstance(loop, cst.For) and self.is_inside(loop, fn) and names & _referenced_names(loop.body):
+            owners += [o for o in _parameter_owners_in(loop.iter) if o not in owners]
+    return owners
+
+def model_definition(self, expr: str, optimizer_call: cst.Call) -> Optional[cst.SimpleStatementLine]:
+    """The first statement assigning `expr` in the optimizer's function (or class, for self.x)."""
+    container: cst.CSTNode = self.enclosing_function(optimizer_call) or self.module
+    if expr.startswith("self."):
+        container = self.enclosing_class(optimizer_call) or container
+    for target, statement in self.c.assignments:
+        if target == expr and any(a is container for a in self.ancestors(statement)):
+            if not isinstance(self.block_of(statement), (cst.Module, cst.IndentedBlock)):
+                continue
+            return statement
+    return None
+
+def last_preparation(self, expr: str, definition: cst.SimpleStatementLine) -> Statement:
+    """The last statement, before training starts, that still prepares the model.
+
+    Walks forward from the definition to the first loop (training) or return; statements
+    that move, compile, load or re-assign the model, also inside `if`/`with`/`try` blocks
+    (`if args.resume: model.load_state_dict(...)`), push the wrap further down: DDP must see the
+    model on its final device, and checkpoints load into it without a `module.` prefix.
+    """
+    block = self.block_of(definition)
+    body = list(block.body)  # type: ignore[union-attr]
+    last: Statement = definition
+    for statement in body[body.index(definition) + 1 :]:
+        if isinstance(statement, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef)) or _returns(statement):
+            break
+        if not isinstance(statement, cst.SimpleStatementLine) and any(
+            self.is_inside(loop, statement) for loop in self.c.loops
+        ):
+            break
+        if self.prepares(statement, expr):
+            last = statement
+    return last
+
+def prepares(self, statement: Statement, expr: str) -> bool:
+    if isinstance(statement, cst.SimpleStatementLine):
+        inside = lambda s: s is statement  # noqa: E731
+    else:
+        inside = lambda s: self.is_inside(s, statement)  # noqa: E731
+    if any(t == expr and inside(s) for t, s in self.c.assignments):
+        return True
+    return any(r == expr and meth in N.PREPARE_METHODS and inside(s) for r, meth, s in self.c.expr_calls)
+
+def is_dataparallel_if(self, statement: cst.If) -> bool:
+    return any(anc is statement for call in self.calls(N.DATAPARALLEL) for anc in self.ancestors(call))

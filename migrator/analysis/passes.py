@@ -1,0 +1,236 @@
+"""`_Analysis`: turns the collected sites into facts.
+
+The steps by concern live in `entry.py`, `models.py`, `devices.py` and `imports.py` as plain
+functions taking the analysis; they are bound here as its methods.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from migrator import names as N
+from migrator.bindings import ScopeOwner
+from migrator.dataflow import Flow
+from migrator.analysis.facts import EntryPoint, LazyPositions, ModelFact, ScriptFacts
+from migrator.analysis.helpers import Block, Statement, _has_map_location, _is_local_rank_argument, code_of
+from migrator.analysis import devices as _devices, entry as _entry, imports as _imports, models as _models
+
+if TYPE_CHECKING:  # pragma: no cover
+    from migrator.analysis.collector import _Collector
+
+
+class _Analysis:
+    """Turns the collected sites into facts. Read-only; small named steps."""
+
+    def __init__(self, module: cst.Module, c: _Collector) -> None:
+        self.module = module
+        self.c = c
+        self.parents = c.parents
+        self.positions = LazyPositions(module)
+        self.calls_inside = self._index_calls()
+
+    def _index_calls(self) -> Dict[cst.CSTNode, List[cst.Call]]:
+        """Calls under each loop, function and class, from one walk up each call's ancestors."""
+        index: Dict[cst.CSTNode, List[cst.Call]] = {self.module: list(self.c.calls)}
+        kinds = (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.With, cst.If)
+        for call in self.c.calls:
+            for anc in self.ancestors(call):
+                if isinstance(anc, kinds):
+                    index.setdefault(anc, []).append(call)
+        return index
+
+    def is_inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+        return container is self.module or any(anc is container for anc in self.ancestors(node))
+
+    def comes_after(self, node: cst.CSTNode, statement: cst.CSTNode) -> bool:
+        """Does `node` come after the whole of `statement` in the source?"""
+        return self.c.order.get(node, -1) > self.c.ends.get(statement, 1 << 62)
+
+    # -- tree helpers ---------------------------------------------------------------
+    def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        return self.parents.get(node)
+
+    def ancestors(self, node: cst.CSTNode):
+        node = self.parent(node)
+        while node is not None:
+            yield node
+            node = self.parent(node)
+
+    def statement_of(self, node: cst.CSTNode) -> Optional[Statement]:
+        for anc in [node, *self.ancestors(node)]:
+            if isinstance(anc, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                return anc  # type: ignore[return-value]
+        return None
+
+    def block_of(self, statement: cst.CSTNode) -> Optional[Block]:
+        parent = self.parent(statement)
+        return parent if isinstance(parent, (cst.Module, cst.IndentedBlock)) else None
+
+    def scope_of(self, node: cst.CSTNode) -> Optional[ScopeOwner]:
+        return self.c.owner_of(node)
+
+    def enclosing_function(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
+        return next((a for a in self.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+
+    def enclosing_class(self, node: cst.CSTNode) -> Optional[cst.ClassDef]:
+        return next((a for a in self.ancestors(node) if isinstance(a, cst.ClassDef)), None)
+
+    def calls(self, qnames: FrozenSet[str]) -> List[cst.Call]:
+        return [call for q in qnames for call in self.c.calls_by_qname.get(q, [])]
+
+    # -- facts ------------------------------------------------------------------------
+    def facts(self) -> ScriptFacts:
+        guard = self.c.main_guards[0] if self.c.main_guards else None
+        dp_sites = tuple(self.dataparallel_site(call) for call in self.calls(N.DATAPARALLEL))
+        ddp_targets = self.ddp_wrapped_targets()
+        models = self.trained_models(dp_sites, ddp_targets)
+        import_time_model = self.import_time_model(guard, models)
+        entry = None if import_time_model is not None else self.entry_point(guard, models)
+        device_var = self.entry_device_var(entry)
+        cuda_calls = tuple(self.cuda_call(call) for call in self.c.cuda_calls if not self.is_chained_dp(call, dp_sites))
+        device_var_needed = device_var is None and entry is not None and any(
+            not c.guarded and not c.pinned and c.scope is entry.scope for c in cuda_calls
+        )
+        if device_var_needed:
+            device_var = "device"
+            cuda_calls = tuple(self.with_entry_device(c, entry) for c in cuda_calls)
+            models = tuple(
+                replace(m_, device_expr="device") if m_.device_expr is None and m_.scope is entry.scope else m_
+                for m_ in models
+            )
+        facts = ScriptFacts(
+            module=self.module,
+            positions=self.positions,
+            local_names={owner: frozenset(names) for owner, names in self.c.bound.items()},
+            owners=self.c.owners,
+            order=self.c.order,
+            parents=self.c.parents,
+            before_setup=frozenset(),
+            entry=entry,
+            has_main_guard=guard is not None,
+            has_init_process_group=bool(self.calls(N.INIT_PROCESS_GROUP)),
+            has_destroy_process_group=bool(self.calls(N.DESTROY_PROCESS_GROUP)),
+            models=models,
+            dataparallel_sites=dp_sites,
+            blocking_dataparallel=self.split_dataparallel(dp_sites, models)[0],
+            other_dataparallel=self.split_dataparallel(dp_sites, models)[1],
+            device_literals=tuple(filter(None, (self.device_literal(s) for s in self.c.device_strings))),
+            cuda_calls=cuda_calls,
+            import_time_model=import_time_model,
+            device_var_needed=device_var_needed,
+            device_var=device_var,
+            local_rank_at_module=self.module_level_device_statement(entry),
+            names=self.import_names(),
+            dataparallel_imports=self.dataparallel_imports(),
+            **self.flow_facts(models, entry),
+        )
+        facts = replace(facts, models=tuple(replace(m_, rebound=self.rebound.get(m_.expr, ())) for m_ in facts.models))
+        return replace(facts, before_setup=self.functions_before_setup(facts))
+
+    def functions_before_setup(self, facts: ScriptFacts) -> FrozenSet[cst.CSTNode]:
+        """Module-level functions called before the setup (`_init_(cfg)` in the guard, before main())."""
+        functions = {f.name.value: f for f in self.module.body if isinstance(f, cst.FunctionDef)}
+        found: Set[cst.CSTNode] = set()
+        changed = True
+        while changed:
+            changed = False
+            for call in self.c.calls:
+                fn = functions.get(call.func.value) if isinstance(call.func, cst.Name) else None
+                if fn is None or fn in found or (facts.entry is not None and fn is facts.entry.scope):
+                    continue
+                caller = replace(facts, before_setup=frozenset(found))
+                if not caller.after_setup(call):
+                    found.add(fn)
+                    changed = True
+        return frozenset(found)
+
+    def flow_facts(self, models: Tuple[ModelFact, ...], entry: Optional[EntryPoint]) -> dict:
+        entry_function = entry.scope if entry is not None and entry.kind == "function" else None
+        flow = Flow(self, {m_.expr for m_ in models}, entry_function)
+        loaders = flow.loaders()
+        wrapped = [m_ for m_ in models if not m_.already_ddp and m_.wrap_after is not None]
+        self.rebound = {m_.expr: flow.reassignments(m_) for m_ in wrapped}
+        uses = tuple(use for model in wrapped for use in flow.model_uses(model, model.wrap_after))
+        saves = flow.saves()
+        return dict(
+            loaders=loaders,
+            saves=saves,
+            reads_after_write=flow.reads_after_write(saves),
+            accumulation_steps=tuple(flow.accumulation_steps()),
+            batchnorm_layers=tuple(self.calls(N.BATCHNORM)),
+            rank_divergent=tuple(flow.rank_divergent()),
+            local_rank_arguments=tuple(call for call in self.c.calls if _is_local_rank_argument(call)),
+            launch_literals=self.launch_literals(),
+            required_arguments=self.required_arguments(),
+            legacy_launch_imports=tuple(self.c.legacy_launch_imports),
+            progress_bars=tuple(
+                call for call in self.calls(N.PROGRESS_BARS)
+                if not any(arg.keyword is not None and arg.keyword.value == "disable" for arg in call.args)
+            ),
+            log_statements=flow.print_statements(loaders),
+            model_uses=uses,
+            bare_unwraps=flow.bare_unwraps(uses),
+            whole_model_saves=tuple(self.whole_model_saves(flow, wrapped)),
+            torch_loads=tuple(
+                (call, self.device_expr_at(call)) for call in self.calls(N.TORCH_LOAD) if not _has_map_location(call)
+            ),
+        )
+
+    def whole_model_saves(self, flow: Flow, wrapped) -> List[Tuple[cst.Arg, ModelFact]]:
+        found = []
+        for call in self.calls(N.TORCH_SAVE):
+            if not call.args:
+                continue
+            saved = code_of(call.args[0].value)
+            for model in wrapped:
+                for spelling, scope, after in flow.wrapped_scopes(model, model.wrap_after):
+                    if saved == spelling and self.is_inside(call, scope) and (after is None or self.comes_after(call, after)):
+                        found.append((call.args[0], model))
+        return found
+
+    # -- entry point -------------------------------------------------------------------
+    # (functions in migrator/analysis/entry.py)
+    entry_point = _entry.entry_point
+    import_time_model = _entry.import_time_model
+    holds_loop = _entry.holds_loop
+    top_statement_in = _entry.top_statement_in
+    reaches = _entry.reaches
+    entry_in_block = _entry.entry_in_block
+
+    # -- models ------------------------------------------------------------------------
+    # (functions in migrator/analysis/models.py)
+    dataparallel_site = _models.dataparallel_site
+    is_chained_dp = _models.is_chained_dp
+    ddp_wrapped_targets = _models.ddp_wrapped_targets
+    trained_models = _models.trained_models
+    same_scope = _models.same_scope
+    split_dataparallel = _models.split_dataparallel
+    feeds_trained_model = _models.feeds_trained_model
+    nested_sites = _models.nested_sites
+    after_branches = _models.after_branches
+    parameter_owners_nearby = _models.parameter_owners_nearby
+    model_definition = _models.model_definition
+    last_preparation = _models.last_preparation
+    prepares = _models.prepares
+    is_dataparallel_if = _models.is_dataparallel_if
+
+    # -- devices -----------------------------------------------------------------------
+    # (functions in migrator/analysis/devices.py)
+    device_literal = _devices.device_literal
+    is_torch_device_call = _devices.is_torch_device_call
+    device_assignments = _devices.device_assignments
+    entry_device_var = _devices.entry_device_var
+    module_level_device_statement = _devices.module_level_device_statement
+    device_expr_at = _devices.device_expr_at
+    cuda_call = _devices.cuda_call
+    with_entry_device = _devices.with_entry_device
+    in_orelse = _devices.in_orelse
+
+    # -- imports -----------------------------------------------------------------------
+    # (functions in migrator/analysis/imports.py)
+    import_names = _imports.import_names
+    required_arguments = _imports.required_arguments
+    launch_literals = _imports.launch_literals
+    dataparallel_imports = _imports.dataparallel_imports
