@@ -18,6 +18,8 @@ from typing import Dict, FrozenSet, List, Optional, Set
 
 import libcst as cst
 
+from migrator.tree import Visitor
+
 ScopeOwner = cst.CSTNode  # a FunctionDef, Lambda, ClassDef or the Module
 _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 
@@ -34,11 +36,10 @@ def dotted_name(node: cst.CSTNode) -> Optional[str]:
     return ".".join(reversed(parts))
 
 
-class NameIndex(cst.CSTVisitor):
+class NameIndex(Visitor):
     """Base visitor: subclasses add their own visit_* methods and call super() where they override."""
 
     def __init__(self, module: cst.Module) -> None:
-        super().__init__()
         self.module = module
         self.parents: Dict[cst.CSTNode, cst.CSTNode] = {}
         self._stack: List[cst.CSTNode] = []

@@ -66,6 +66,13 @@ def migrate(source: str, options: Optional[Options] = None) -> "Result":
     return engine(source, options)
 
 
+def check(source: str, options: Optional[Options] = None) -> "Result":
+    """api.check (migrate()'s verdict without the new code), imported on first use."""
+    from migrator.api import check as engine
+
+    return engine(source, options)
+
+
 def migrate_launcher(text: str, kind: str, options: Optional[Options] = None) -> "Result":
     """launcher.migrate_launcher, plus `# ddp-migrate: ignore[...]` comments (migrator.suppress)."""
     from migrator import suppress
@@ -414,17 +421,19 @@ def _read_stdin(data: bytes, filename: Optional[str]) -> Union[Migrated, _Job]:
     return _Job(path, name, kind, source)
 
 
-def _migrate(job: _Job, options: Options) -> Migrated:
+def _migrate(job: _Job, options: Options, mode: WriteBack) -> Migrated:
     """Run the engine on one file (in this process or a worker). Never raises."""
     try:
         if job.kind == files.PYTHON:
-            result = migrate(job.source.text, options)
+            # Plain --check shows no code: the engine stops once it knows what it would change.
+            engine = migrate if mode.needs_code else check
+            result = engine(job.source.text, options)
         else:
             result = migrate_launcher(job.source.text, job.kind, options)
         job.source.encode(result.code)  # fails here, in every mode, if the new code has no bytes
     except Exception as exc:  # noqa: BLE001
         return Migrated(FileOutcome(job.name, error=_failure(exc, job.name)), job.source)
-    changed = result.code != job.source.text
+    changed = result.changed
     launch = tuple(result.torchrun_commands(job.name)) if changed and job.kind == files.PYTHON else ()
     outcome = FileOutcome(job.name, changed, tuple(result.changes), tuple(result.diagnostics), launch=launch)
     return Migrated(outcome, job.source, result.code)
@@ -482,11 +491,11 @@ def run_jobs(
         # Largest first, so a big file started last does not leave the other workers idle;
         # the results are still taken (and printed) in the original order.
         by_size = sorted(pending, key=lambda job: len(job.source.text), reverse=True)
-        futures = {id(job): executor.submit(_migrate, job, options) for job in by_size}
+        futures = {id(job): executor.submit(_migrate, job, options, mode) for job in by_size}
     try:
         for item in read:
             if isinstance(item, _Job):
-                done = _result(futures.get(id(item)), item, options)
+                done = _result(futures.get(id(item)), item, options, mode)
             else:
                 done = item
             yield _write_back(done) if mode.writes else done
@@ -515,13 +524,13 @@ def _ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _result(future: Any, job: _Job, options: Options) -> Migrated:
+def _result(future: Any, job: _Job, options: Options, mode: WriteBack) -> Migrated:
     if future is None:
-        return _migrate(job, options)
+        return _migrate(job, options, mode)
     try:
         return future.result()
     except Exception:  # a broken pool (a worker killed): do this file here
-        return _migrate(job, options)
+        return _migrate(job, options, mode)
 
 
 def _write_back(done: Migrated) -> Migrated:

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
-import libcst.matchers as m
 
 from migrator import names as N
 from migrator.bindings import ScopeOwner, dotted_name
+from migrator.tree import contains, descendants
 
 if TYPE_CHECKING:  # pragma: no cover
     from migrator.analysis import ModelFact, _Analysis
@@ -113,8 +113,8 @@ class Flow:
             if call.func.value in self.classes:  # Trainer(model, loader): its __init__ runs
                 return self.method_of(self.classes[call.func.value], "__init__")
             return self.functions.get(call.func.value)
-        if m.matches(call.func, m.Attribute(value=m.Name("self"))):
-            return self.method_of(self.a.enclosing_class(call), call.func.attr.value)  # type: ignore[attr-defined]
+        if isinstance(call.func, cst.Attribute) and N.is_name(call.func.value, "self"):
+            return self.method_of(self.a.enclosing_class(call), call.func.attr.value)
         return None
 
     def bound_params(self, fn: cst.FunctionDef) -> List[str]:
@@ -144,7 +144,7 @@ class Flow:
         loops = [loop for loop in self.c.loops if isinstance(loop, cst.For) and _iterated(loop) == expr]
         streams = [
             call for call in self.calls_within(within)
-            if m.matches(call.func, m.Name("iter")) and _iterated(call) == expr
+            if N.is_name(call.func, "iter") and _iterated(call) == expr
         ]
         return [node for node in loops if self.a.is_inside(node, within)] + streams
 
@@ -227,7 +227,7 @@ class Flow:
             if not stepped:
                 continue
             condition = next((anc for anc in self.a.ancestors(call) if isinstance(anc, cst.If)), None)
-            if condition is not None and m.findall(condition.test, m.Modulo()) and condition not in found:
+            if condition is not None and _is_modulo_test(condition.test) and condition not in found:
                 if any(isinstance(anc, (cst.For, cst.While)) for anc in self.a.ancestors(condition)):
                     found.append(condition)
         return found
@@ -326,8 +326,8 @@ class Flow:
 
     def return_positions(self, fn: cst.FunctionDef, expr: str) -> List[int]:
         positions = []
-        for ret in m.findall(fn, m.Return()):
-            value = ret.value  # type: ignore[attr-defined]
+        for ret in descendants(fn, cst.Return):
+            value = ret.value
             elements = [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
             positions += [i for i, e in enumerate(elements) if e is not None and code_of(e) == expr]
         return positions
@@ -418,8 +418,8 @@ class Flow:
 
         Such code must never sit behind a rank-0 guard: the other ranks would wait for it forever.
         """
-        for call in m.findall(node, m.Call()):
-            func = call.func  # type: ignore[attr-defined]
+        for call in descendants(node, cst.Call):
+            func = call.func
             if code_of(func) in self.model_exprs or self.c.resolve(func) in N.COLLECTIVES:
                 return True
             target = self.callee(call)  # type: ignore[arg-type]
@@ -625,7 +625,13 @@ def _iterated(loop: cst.CSTNode) -> Optional[str]:
 
 def _is_range_like(loop: cst.For) -> bool:
     """An epoch loop: `for epoch in range(...)`, `for epoch in tqdm(range(...))`, `for epoch in epochs`."""
-    return bool(m.findall(loop.iter, m.Call(func=m.Name("range")))) or "epoch" in code_of(loop.target).lower()
+    ranged = any(N.is_name(call.func, "range") for call in descendants(loop.iter, cst.Call))
+    return ranged or "epoch" in code_of(loop.target).lower()
+
+
+def _is_modulo_test(test: cst.BaseExpression) -> bool:
+    """`if (step + 1) % accumulation_steps == 0:`"""
+    return any(isinstance(op.operator, cst.Modulo) for op in descendants(test, cst.BinaryOperation))
 
 
 def _loop_variable(loop: cst.For) -> str:

@@ -1,14 +1,16 @@
 """What torch things are called, and small syntactic predicates shared by the analysis.
 
-Qualified names come from libcst's QualifiedNameProvider, so every import spelling of a
-name resolves to one of these strings. The tool never imports torch.
+Qualified names come from migrator.bindings (names resolved through the file's imports), so
+every import spelling of a name resolves to one of these strings. The tool never imports torch.
 """
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 import libcst as cst
-import libcst.matchers as m
+
+from migrator.tree import contains, descendants
 
 DATAPARALLEL = frozenset(
     {
@@ -77,10 +79,7 @@ _NOT_OPTIMIZERS = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
 _CUDA_DEVICE = re.compile(r"""^[rRuU]?(['"])cuda(:\d+)?\1$""")
 _CPU_DEVICE = re.compile(r"""^[rRuU]?(['"])cpu\1$""")
 
-MAIN_GUARD = m.Comparison(
-    left=m.Name("__name__"),
-    comparisons=[m.ComparisonTarget(operator=m.Equal(), comparator=m.SimpleString(value=m.MatchRegex(r"^['\"]__main__['\"]$")))],
-)
+_MAIN_STRING = re.compile(r"^['\"]__main__['\"]$")
 _ARGPARSE_METHODS = frozenset(
     {
         "ArgumentParser",
@@ -108,9 +107,32 @@ def is_cpu_string(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.SimpleString) and bool(_CPU_DEVICE.match(node.value))
 
 
+def is_name(node: Optional[cst.CSTNode], value: str) -> bool:
+    return isinstance(node, cst.Name) and node.value == value
+
+
+def attribute_name(node: Optional[cst.CSTNode]) -> Optional[str]:
+    """`to` for `model.to`: the attribute an Attribute node reads (None for anything else)."""
+    return node.attr.value if isinstance(node, cst.Attribute) else None
+
+
+def is_main_guard(test: cst.BaseExpression) -> bool:
+    """`__name__ == "__main__"`."""
+    if not (isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name) and test.left.value == "__name__"):
+        return False
+    if len(test.comparisons) != 1:
+        return False
+    target = test.comparisons[0]
+    return (
+        isinstance(target.operator, cst.Equal)
+        and isinstance(target.comparator, cst.SimpleString)
+        and bool(_MAIN_STRING.match(target.comparator.value))
+    )
+
+
 def _identifiers(node: cst.CSTNode):
-    for found in m.findall(node, m.Name() | m.SimpleString()):
-        yield found.value.lower()  # type: ignore[attr-defined]
+    for found in descendants(node, (cst.Name, cst.SimpleString)):
+        yield found.value.lower()
 
 
 def mentions_cuda(test: cst.BaseExpression) -> bool:
@@ -136,21 +158,18 @@ def is_log_statement(statement: cst.CSTNode) -> bool:
         isinstance(small, cst.Expr)
         and isinstance(small.value, cst.Call)
         and (
-            m.matches(small.value.func, m.Name())
-            and small.value.func.value in _LOG_FUNCTIONS  # type: ignore[attr-defined]
-            or m.matches(small.value.func, m.Attribute())
-            and small.value.func.attr.value in _LOG_FUNCTIONS  # type: ignore[attr-defined]
+            isinstance(small.value.func, cst.Name)
+            and small.value.func.value in _LOG_FUNCTIONS
+            or isinstance(small.value.func, cst.Attribute)
+            and small.value.func.attr.value in _LOG_FUNCTIONS
         )
         for small in statement.body
     )
 
 
 def _is_argparse(statement: cst.SimpleStatementLine) -> bool:
-    calls = m.findall(statement, m.Call())
-    if not calls:
-        return False
-    for call in calls:
-        func = call.func  # type: ignore[attr-defined]
+    for call in descendants(statement, cst.Call):
+        func = call.func
         name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
         if name in _ARGPARSE_METHODS:
             return True
@@ -172,11 +191,11 @@ def is_preamble(statement: cst.CSTNode, module_level: bool) -> bool:
             return True
         if module_level and isinstance(small, (cst.Assign, cst.AnnAssign)):
             value = small.value
-            return value is not None and not m.findall(value, m.Call())
+            return value is not None and not contains(value, cst.Call)
         return False
     if module_level and isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
         return True
-    if module_level and isinstance(statement, (cst.Try, cst.If)) and not m.findall(statement, m.Call()):
+    if module_level and isinstance(statement, (cst.Try, cst.If)) and not contains(statement, cst.Call):
         return True
     return False
 

@@ -44,6 +44,11 @@ class WriteBack(Enum):
         return self in (WriteBack.DIFF, WriteBack.CHECK_DIFF)
 
     @property
+    def needs_code(self) -> bool:
+        """Is the migrated source shown or written? Plain --check only reports what would change."""
+        return self is not WriteBack.CHECK
+
+    @property
     def checks(self) -> bool:
         return self in (WriteBack.CHECK, WriteBack.CHECK_DIFF)
 

@@ -38,10 +38,14 @@ class Result:
     # required options as `--config CONFIG`), to print the torchrun command that runs it.
     # None when the file is not something torchrun runs.
     launch_args: Optional[Tuple[str, ...]] = None
+    # api.check() plans the changes without carrying them out: `code` stays the original and
+    # `pending` says that migrate() would change it.
+    pending: bool = False
 
     @property
     def changed(self) -> bool:
-        return self.code != self.original
+        """Does the migration change the file (or, from api.check(), would it)?"""
+        return self.pending or self.code != self.original
 
     def torchrun_commands(self, script: str) -> Tuple[str, ...]:
         """How to run the migrated script: on one machine, and on several (rendezvous flags)."""

@@ -16,7 +16,9 @@ ruff is installed, `ruff check --no-cache --select E9 CORPUS` for scale:
   (a) `ddp-migrate --check` on one irrelevant file, wall;
   (b) `ddp-migrate --check` on one relevant 1,000-line training script, wall;
   (c) `ddp-migrate --check CORPUS` (the directory walk), wall;
-  (d) peak memory: the largest resident set of any one process of (a)-(c) (os.wait4's ru_maxrss),
+  (b) and (c) again with `--check --diff`, the ddp-migrate-check pre-commit hook's command: it
+      also generates the migrated code and renders the diffs, which plain --check skips;
+  (d) peak memory: the largest resident set of any one process of all runs (os.wait4's ru_maxrss),
       and, on Linux, the peak of the process tree's summed PSS (ddp-migrate and its --jobs
       workers; shared pages counted once), sampled every 20 ms in one extra run of each.
 Commands run with their CPU affinity limited to --cpus CPUs (default 2, the issue's machine;
@@ -575,10 +577,14 @@ def bench_corpus(args) -> None:
         relevant_lines = relevant.read_text().count("\n")
         check = ["--check", *extra]
         a_argv, b_argv, c_argv = (tool + check + [str(target)] for target in (irrelevant, relevant, corpus))
+        b_diff_argv, c_diff_argv = (tool + check + ["--diff", str(target)] for target in (relevant, corpus))
         a = time_command(a_argv, args.repeat, cpus, ok=(0, 1))
         b = time_command(b_argv, args.repeat, cpus, ok=(0, 1))
         c = time_command(c_argv, args.repeat, cpus, ok=(0, 1))
-        trees = [tree_memory(argv, cpus, ok=(0, 1)) for argv in (a_argv, b_argv, c_argv)]
+        b_diff = time_command(b_diff_argv, args.repeat, cpus, ok=(0, 1))
+        c_diff = time_command(c_diff_argv, args.repeat, cpus, ok=(0, 1))
+        runs = (a_argv, b_argv, c_argv, b_diff_argv, c_diff_argv)
+        trees = [tree_memory(argv, cpus, ok=(0, 1)) for argv in runs]
 
         print(f"{'what':54} {'best':>8} {'median':>8} {'peak RSS':>11}  {'issue target':24} verdict (median)")
         _row("python -c pass", *time_command([sys.executable, "-c", "pass"], args.repeat, cpus))
@@ -593,17 +599,19 @@ def bench_corpus(args) -> None:
             (f"(a) --check one irrelevant file ({irrelevant_lines} lines)", a, "< 0.1 s", 0.1),
             (f"(b) --check one training script ({relevant_lines} lines)", b, "< 1.5 s", 1.5),
             (f"(c) --check CORPUS ({n_files} files, {n_lines} lines)", c, "< 1.5 s on 2 cores", 1.5),
+            ("(b) --check --diff, the same script (pre-commit hook)", b_diff, "< 1.5 s", 1.5),
+            ("(c) --check --diff CORPUS (pre-commit hook)", c_diff, "< 1.5 s on 2 cores", 1.5),
         ):
             _row(label, times, rss, target, _verdict(times[1], limit))
-        peaks = [rss for _, rss in (a, b, c) if rss is not None]
+        peaks = [rss for _, rss in (a, b, c, b_diff, c_diff) if rss is not None]
         peak = max(peaks) if peaks else None
-        label = "(d) peak RSS of one process, largest of (a)-(c)"
+        label = "(d) peak RSS of one process, largest of all runs"
         print(f"{label:54} {'':8}  {'':7}  {_rss(peak)}  {'< 200 MiB':24} {_mib_verdict(peak)}".rstrip())
         known = [tree for tree in trees if tree is not None]
         if known:
             tree = max(known)
-            which = "abc"[trees.index(tree)]
-            label = f"(d) peak PSS of the process tree, workers summed ({which})"
+            which = ("a", "b", "c", "b --diff", "c --diff")[trees.index(tree)]
+            label = f"(d) peak PSS of process tree, workers summed ({which})"
             print(f"{label:54} {'':8}  {'':7}  {_rss(tree)}  {'< 200 MiB':24} {_mib_verdict(tree)}".rstrip())
 
 

@@ -6,6 +6,7 @@ these tests hold while the engine grows. Engine-specific CLI tests live with the
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -63,9 +64,16 @@ def fake_migrate(source: str, options: Optional[Options] = None) -> Result:
     return Result(source.replace(MARKER, MIGRATED), tuple(changes), tuple(diagnostics), original=source)
 
 
+def fake_check(source: str, options: Optional[Options] = None) -> Result:
+    """The fake's api.check(): its verdict without the new code."""
+    result = fake_migrate(source, options)
+    return dataclasses.replace(result, code=source, pending=result.changed)
+
+
 @pytest.fixture
 def fake_engine(monkeypatch):
     monkeypatch.setattr(cli_module, "migrate", fake_migrate)
+    monkeypatch.setattr(cli_module, "check", fake_check)
     # The CLI skips files the real engine would leave alone; the fake's words are its own.
     monkeypatch.setattr(cli_module, "PYTHON_RELEVANT", (*cli_module.PYTHON_RELEVANT, MARKER, "ADVISE", "NOTE"))
     return fake_migrate
@@ -336,7 +344,7 @@ def test_check_exit_codes(project, fake_engine, files, expected):
     for name, text in files.items():
         write(project / name, text)
     result = invoke("--check", *files)
-    assert result.exit_code == expected
+    assert result.exit_code == expected, result.stderr
     assert result.stdout == ""  # no diff without --diff
     for name, text in files.items():
         assert (project / name).read_text() == text
@@ -422,7 +430,12 @@ def test_internal_error_is_one_line_and_the_run_continues(project, monkeypatch):
             raise RuntimeError("boom\nsecond line")
         return fake_migrate(source, options)
 
+    def flaky_check(source, options=None):
+        flaky(source, options)
+        return fake_check(source, options)
+
     monkeypatch.setattr(cli_module, "migrate", flaky)
+    monkeypatch.setattr(cli_module, "check", flaky_check)
     write(project / "bad.py", "import torch\nboom = 1\n")
     write(project / "a.py", SCRIPT)
     result = invoke("--in-place", "bad.py", "a.py")
@@ -889,8 +902,6 @@ def test_explain_unknown_is_a_one_line_usage_error(args, message):
 
 
 def test_explain_fences_use_the_rules_example_language():
-    import dataclasses
-
     rule = dataclasses.replace(RULES_BY_CODE["DDP003"], example_language="text")
     assert "```text\n" in rule.explain() and "```python" not in rule.explain()
     assert "```python\n" in RULES_BY_CODE["DDP003"].explain()

@@ -10,6 +10,7 @@ import pytest
 
 from fixture_cases import discover
 from migrator import SourceParseError, migrate
+from migrator.api import check
 
 CASES = [pytest.param(case, id=case.name) for case in discover()]
 
@@ -39,6 +40,25 @@ def test_fixture(case, update_fixtures):
     assert migrate(result.code).code == result.code, "second run must be a no-op"
     reported = sorted({d.code for d in result.diagnostics})
     assert reported == sorted(set(case.diagnostics)), "diagnostics differ from fixture.toml"
+
+
+def _verdict(result):
+    return result.changed, result.changes, result.diagnostics, result.launch_args
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_check_agrees_with_migrate(case):
+    """`--check` runs api.check() (no code generated): same verdict as migrate() on input and expected."""
+    if case.expects_parse_error:
+        with pytest.raises(SourceParseError):
+            check(_read(case.input_path))
+        return
+    paths = [case.input_path] + ([case.expected_path] if case.expected_path.exists() else [])
+    for path in paths:
+        source = _read(path)
+        checked = check(source)
+        assert checked.code == source
+        assert _verdict(checked) == _verdict(migrate(source)), path
 
 
 @pytest.mark.parametrize("case", CASES)

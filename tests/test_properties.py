@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 import fixture_cases
 import script_blocks
 from migrator import MigrateError, SourceParseError, migrate
+from migrator.api import check
 from migrator.cli import cli
 
 PROPERTY_SETTINGS = settings(
@@ -83,6 +84,10 @@ def test_composed_script_migrates_cleanly(script: script_blocks.Script) -> None:
     except SyntaxError as exc:  # pragma: no cover - reported with the output
         pytest.fail(f"the migrated script does not parse: {exc}\n----- output -----\n{out}")
 
+    checked = check(source)  # what --check reports: the same verdict, no code generated
+    assert (checked.changed, checked.changes, checked.diagnostics) == (result.changed, result.changes, result.diagnostics)
+
+    assert not check(out).changed, "--check after a migration would still report changes"
     again = migrate(out)
     assert again.code == out, (
         "a second run changed the migrated script (not idempotent); changes: "

@@ -4,7 +4,6 @@ from __future__ import annotations
 from typing import Dict, List, Set, Tuple, Union
 
 import libcst as cst
-import libcst.matchers as m
 
 from migrator import names as N
 from migrator.bindings import NameIndex
@@ -53,7 +52,8 @@ class _Collector(NameIndex):
                 self.calls_by_qname.setdefault(qualified, []).append(node)
                 if N.is_optimizer(qualified):
                     self.optimizer_calls.append((node, qualified))
-            if m.matches(node.func, m.Attribute(attr=m.Name("cuda"))) and self.resolve(node.func.value) != "torch":  # type: ignore[attr-defined]
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "cuda" and self.resolve(func.value) != "torch":
                 self.cuda_calls.append(node)
 
     def visit_For(self, node: cst.For) -> None:
@@ -95,7 +95,7 @@ class _Collector(NameIndex):
             self.legacy_launch_imports.append(node)
 
     def visit_If(self, node: cst.If) -> None:
-        if m.matches(node.test, N.MAIN_GUARD):
+        if N.is_main_guard(node.test):
             self.main_guards.append(node)
         elif N.mentions_rank(node.test):
             self.rank_checks.append(node)
@@ -110,13 +110,17 @@ class _Collector(NameIndex):
                 )
                 for target in targets:
                     self.assignments.append((code_of(target), node))
-            elif isinstance(small, cst.Expr) and m.matches(small.value, m.Call(func=m.Attribute())):
-                func = small.value.func  # type: ignore[attr-defined]
+            elif (
+                isinstance(small, cst.Expr)
+                and isinstance(small.value, cst.Call)
+                and isinstance(small.value.func, cst.Attribute)
+            ):
+                func = small.value.func
                 self.expr_calls.append((code_of(func.value), func.attr.value, node))
 
 
 def analyze(module: cst.Module) -> ScriptFacts:
     collector = _Collector(module)
-    module.visit(collector)
+    collector.run(module)
     collector.resolve_calls()
     return _Analysis(module, collector).facts()

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import List, Optional, Tuple
 
 import libcst as cst
-import libcst.matchers as m
 
 from migrator import names as N
 from migrator.analysis.facts import CudaCall, DeviceLiteral, EntryPoint
@@ -28,7 +27,7 @@ def device_literal(self, node: cst.SimpleString) -> Optional[DeviceLiteral]:
             if qnames & N.TORCH_DEVICE:
                 indexed = len(call.args) > 1 and call.args[1].keyword is None
                 return DeviceLiteral(node, conditional, scope, call if indexed else None)  # type: ignore[arg-type]
-            if m.matches(call.func, m.Attribute(attr=m.Name("to"))):
+            if N.attribute_name(call.func) == "to":
                 device = None if conditional else self.device_expr_at(call)
                 return DeviceLiteral(node, conditional, scope, device_expr=device)  # type: ignore[arg-type]
         return None

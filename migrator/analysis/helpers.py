@@ -4,7 +4,9 @@ from __future__ import annotations
 from typing import List, Set, Union
 
 import libcst as cst
-import libcst.matchers as m
+
+from migrator.names import attribute_name
+from migrator.tree import descendants
 
 Block = Union[cst.Module, cst.IndentedBlock]
 Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
@@ -26,7 +28,9 @@ def _parameter_owners(optimizer_call: cst.Call) -> List[str]:
 
 def _parameter_owners_in(params: cst.CSTNode) -> List[str]:
     owners: List[str] = []
-    for call in m.findall(params, m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))):
+    for call in descendants(params, cst.Call):
+        if attribute_name(call.func) not in ("parameters", "named_parameters"):
+            continue
         owner = code_of(call.func.value)  # type: ignore[attr-defined]
         if owner not in owners:
             owners.append(owner)
@@ -34,11 +38,11 @@ def _parameter_owners_in(params: cst.CSTNode) -> List[str]:
 
 
 def _called_names(node: cst.CSTNode) -> List[str]:
-    return [call.func.value for call in m.findall(node, m.Call(func=m.Name()))]  # type: ignore[attr-defined]
+    return [call.func.value for call in descendants(node, cst.Call) if isinstance(call.func, cst.Name)]
 
 
 def _referenced_names(node: cst.CSTNode) -> Set[str]:
-    return {name.value for name in m.findall(node, m.Name())}  # type: ignore[attr-defined]
+    return {name.value for name in descendants(node, cst.Name)}
 
 
 def code_of_target(statement: cst.SimpleStatementLine) -> str:
@@ -56,7 +60,7 @@ def _raw_text(node: cst.CSTNode) -> str:
 
 
 def _is_local_rank_argument(call: cst.Call) -> bool:
-    if not m.matches(call.func, m.Attribute(attr=m.Name("add_argument"))):
+    if attribute_name(call.func) != "add_argument":
         return False
     return any(
         isinstance(arg.value, cst.SimpleString) and arg.value.evaluated_value in ("--local_rank", "--local-rank")
@@ -72,4 +76,4 @@ def _has_map_location(call: cst.Call) -> bool:
 
 
 def _strings_in(node: cst.CSTNode) -> List[cst.SimpleString]:
-    return list(m.findall(node, m.SimpleString()))  # type: ignore[arg-type]
+    return list(descendants(node, cst.SimpleString))

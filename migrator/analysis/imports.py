@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
+import re
+
 import libcst as cst
-import libcst.matchers as m
 
 from migrator import names as N
 from migrator.analysis.facts import ImportNames
 from migrator.analysis.helpers import _is_local_rank_argument, _raw_text
+
+_OPTIONAL_NARGS = re.compile(r"""^['"][?*]['"]$""")  # nargs="?" / "*": the positional may be left out
 
 
 # -- imports -----------------------------------------------------------------------
@@ -40,17 +43,18 @@ def required_arguments(self) -> Tuple[str, ...]:
     """`DATA` for a positional, `--config CONFIG` for a required option, in declaration order."""
     found: List[str] = []
     for call in self.c.calls:
-        if not m.matches(call.func, m.Attribute(attr=m.Name("add_argument"))) or not call.args:
+        if N.attribute_name(call.func) != "add_argument" or not call.args:
             continue
         first = call.args[0].value
         if not isinstance(first, cst.SimpleString) or _is_local_rank_argument(call):
             continue
         name = str(first.evaluated_value)
         keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
-        optional_nargs = m.matches(keywords.get("nargs"), m.SimpleString(value=m.MatchRegex(r"""^['"][?*]['"]$""")))
+        nargs = keywords.get("nargs")
+        optional_nargs = isinstance(nargs, cst.SimpleString) and bool(_OPTIONAL_NARGS.match(nargs.value))
         if not name.startswith("-") and "default" not in keywords and not optional_nargs:
             found.append(name.upper())
-        elif name.startswith("-") and m.matches(keywords.get("required"), m.Name("True")):
+        elif name.startswith("-") and N.is_name(keywords.get("required"), "True"):
             longest = max((str(a.value.evaluated_value) for a in call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)), key=len)
             found.append(f"{longest} {longest.lstrip('-').replace('-', '_').upper()}")
     return tuple(found)

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
-import libcst.matchers as m
 
 from migrator import names as N
 from migrator.analysis.facts import DataParallelSite, ModelFact
@@ -155,7 +154,7 @@ def parameter_owners_nearby(self, optimizer_call: cst.Call) -> List[str]:
     Only the names the optimizer call uses are followed, to the statements of the same
     function that assign or extend them.
     """
-    names = {name.value for name in m.findall(optimizer_call, m.Name())}  # type: ignore[attr-defined]
+    names = _referenced_names(optimizer_call)
     owners: List[str] = []
     fn = self.enclosing_function(optimizer_call) or self.module
     for target, statement in self.c.assignments:
