@@ -370,6 +370,20 @@ def test_check_with_diff_prints_the_diff_and_exits_1(project, fake_engine):
     assert (project / "a.py").read_text() == SCRIPT
 
 
+def test_plain_check_reports_what_check_diff_does(project):
+    """Plain --check skips code generation (api.check); its report and status must not differ."""
+    root = Path(__file__).resolve().parent.parent / "fixtures"
+    for case in sorted(root.iterdir()):
+        for name in ("input.py", "expected.py"):
+            if (case / name).exists():
+                shutil.copy(case / name, project / f"{case.name}_{name}")
+    plain = invoke("--check", "--jobs", "1", ".")
+    with_diff = invoke("--check", "--diff", "--jobs", "1", ".")
+    assert plain.exit_code == with_diff.exit_code == 3  # something to migrate (1), a Python 2 file (2)
+    assert plain.stderr == with_diff.stderr
+    assert "would be migrated" in plain.stderr.splitlines()[-1]
+
+
 def test_check_of_a_directory(project, fake_engine):
     write(project / "pkg" / "a.py", SCRIPT)
     write(project / "pkg" / "b.py", CLEAN)
@@ -814,6 +828,23 @@ def test_a_suppressed_fix_turns_its_rule_off_for_the_file():
     assert result.code == real_migrate(source, Options(ignore=("DDP003",))).code  # consistent: the engine's own output
     assert "DDP001" in [c.code for c in result.changes]  # other rules still apply
     ast.parse(result.code)
+
+
+def test_check_honours_suppressions_like_migrate():
+    """api.check (plain --check) reruns with the rule off, as migrate() does: same verdict."""
+    from migrator.api import check
+
+    line = _line_of(WRAP_EXAMPLE, "DDP003")
+    for comment in ("# ddp-migrate: ignore[DDP003]", "# ddp-migrate: ignore"):
+        source = _with_comment(WRAP_EXAMPLE, line, comment)
+        checked, migrated = check(source), real_migrate(source)
+        assert checked.code == source
+        assert (checked.changed, checked.changes, checked.diagnostics) == (
+            migrated.changed,
+            migrated.changes,
+            migrated.diagnostics,
+        )
+    assert "DDP003" not in [c.code for c in check(_with_comment(WRAP_EXAMPLE, line, "# ddp-migrate: ignore[DDP003]")).changes]
 
 
 @pytest.mark.parametrize(
