@@ -6,7 +6,7 @@ applies them -> imports added/removed once -> the output is parsed again before 
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import libcst as cst
 
@@ -18,10 +18,6 @@ from migrator.relevance import python_may_need_migration
 from migrator.rules import FIXERS, REPORTERS
 from migrator.types import Result
 
-if TYPE_CHECKING:
-    from libcst.codemod import CodemodContext
-
-
 
 def migrate(source: str, options: Optional[Options] = None) -> Result:
     """Return the DDP version of `source` (unchanged when there is nothing to do).
@@ -31,9 +27,7 @@ def migrate(source: str, options: Optional[Options] = None) -> Result:
     A `# ddp-migrate: ignore[CODE]` comment suppresses what is reported on its line (see
     migrator.suppress: a suppressed fix turns its rule off for the file).
     """
-    options = options or Options()
-    result = _migrate(source, options)
-    return suppress.apply(result, source, options, _migrate, suppress.python_suppressions(source))
+    return _suppressed(source, options or Options(), _migrate)
 
 
 def check(source: str, options: Optional[Options] = None) -> Result:
@@ -45,9 +39,11 @@ def check(source: str, options: Optional[Options] = None) -> Result:
     on a training script, plus the 0.2 s import of libcst.codemod (scripts/bench.py).
     tests/test_fixtures.py holds it to migrate()'s verdict on every fixture, input and expected.
     """
-    options = options or Options()
-    result = _check(source, options)
-    return suppress.apply(result, source, options, _check, suppress.python_suppressions(source))
+    return _suppressed(source, options or Options(), _check)
+
+
+def _suppressed(source: str, options: Options, engine: suppress.Rerun) -> Result:
+    return suppress.apply(engine(source, options), source, options, engine, suppress.python_suppressions(source))
 
 
 def _check(source: str, options: Options) -> Result:
@@ -108,7 +104,7 @@ def _with_imports(module: cst.Module, plan: edits.Plan) -> cst.Module:
     for mod, obj, asname in plan.imports:
         AddImportsVisitor.add_needed_import(context, mod, obj, asname)
     if plan.imports:
-        module = _add_imports(module, context)
+        module = _add_imports(module, AddImportsVisitor(context))
     if plan.unused_imports:
         for mod, obj, asname in plan.unused_imports:
             RemoveImportsVisitor.remove_unused_import(context, mod, obj, asname)
@@ -117,7 +113,7 @@ def _with_imports(module: cst.Module, plan: edits.Plan) -> cst.Module:
     return module
 
 
-def _add_imports(module: cst.Module, context: "CodemodContext") -> cst.Module:
+def _add_imports(module: cst.Module, visitor: cst.CSTTransformer) -> cst.Module:
     """AddImportsVisitor, shown only the file's leading import block.
 
     It only ever inserts after that block, and the analysis already decided which imports are
@@ -129,10 +125,7 @@ def _add_imports(module: cst.Module, context: "CodemodContext") -> cst.Module:
     while end < len(body) and _is_import_or_docstring(body[end]):
         end += 1
     head = module.with_changes(body=body[:end])
-    from libcst.codemod.visitors import AddImportsVisitor
-    from libcst.metadata import MetadataWrapper
-
-    new_head = MetadataWrapper(head, unsafe_skip_copy=True).visit(AddImportsVisitor(context))
+    new_head = cst.MetadataWrapper(head, unsafe_skip_copy=True).visit(visitor)
     return module.with_changes(header=new_head.header, body=[*new_head.body, *body[end:]])
 
 

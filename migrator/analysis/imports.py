@@ -4,9 +4,8 @@ Plain functions taking the `_Analysis`; bound as its methods in `passes.py`.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
-
 import re
+from typing import List, Optional, Tuple
 
 import libcst as cst
 
