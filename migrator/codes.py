@@ -34,6 +34,8 @@ CODES: Tuple[Tuple[str, str], ...] = (
     ("DDP111", "dataparallel-outside-training"),
     ("DDP112", "legacy-launch-import"),
     ("DDP113", "python-launch-unsafe"),
+    ("DDP115", "save-after-teardown"),
+    ("DDP114", "training-not-migrated"),
     ("DDP120", "global-batch-size"),
     ("DDP121", "sharded-evaluation"),
     ("DDP122", "gradient-accumulation-no-sync"),

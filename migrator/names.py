@@ -99,6 +99,14 @@ def is_optimizer(qname: str) -> bool:
     return qname.startswith("torch.optim.") and not qname.startswith(_NOT_OPTIMIZERS) and qname[12:13].isupper()
 
 
+def is_optimizer_helper(func: cst.BaseExpression) -> bool:
+    """`get_optimizer(cfg, model)`, `build_optimizer(model, cfg)`, `create_optimizer(args, model)`:
+    a project's own function that builds the optimizer for the model it is given."""
+    name = func.value if isinstance(func, cst.Name) else attribute_name(func) or ""
+    lowered = name.lower()
+    return lowered.endswith(("optimizer", "optimizers", "optim")) and lowered.startswith(("get_", "build_", "make_", "create_", "init_"))
+
+
 def is_cuda_string(node: cst.SimpleString) -> bool:
     return bool(_CUDA_DEVICE.match(node.value))
 
@@ -227,3 +235,50 @@ NN_MODULE_API = frozenset(
 )
 # Attributes whose meaning changes with the wrap: the checkpoint rule decides about them.
 STATE_DICT_METHODS = frozenset({"state_dict", "load_state_dict"})
+
+
+def manual_update_parameters(loop: cst.CSTNode) -> Optional[cst.Call]:
+    """`model.parameters()` in a hand-written update, `for p in model.parameters(): p.data.add_(p.grad, ...)`.
+
+    pytorch/examples' word language model trains this way, with no torch.optim optimizer: the
+    model is trained all the same, and must be wrapped.
+    """
+    if not isinstance(loop, cst.For) or not isinstance(loop.target, cst.Name) or not isinstance(loop.iter, cst.Call):
+        return None
+    if attribute_name(loop.iter.func) != "parameters":
+        return None
+    param = loop.target.value
+    reads_grad = any(
+        attr.attr.value == "grad" and is_name(attr.value, param) for attr in descendants(loop.body, cst.Attribute)
+    )
+    return loop.iter if reads_grad else None
+
+
+def is_training_function_name(name: str) -> bool:
+    """`train(...)`, `train_one_epoch(...)`, `do_train(...)`, `fit(...)`: a function that trains."""
+    return name in ("fit", "learn", "run_epoch", "train") or name.startswith("train_") or name.endswith("_train")
+
+
+# Options a script declares when it sets up distributed training itself, through a helper
+# (`utils.init_distributed_mode(args)`), mp.spawn, or a `--launcher pytorch|slurm` switch.
+DISTRIBUTED_OPTIONS = frozenset(
+    {
+        "--dist-url", "--dist_url", "--dist-backend", "--dist_backend", "--world-size", "--world_size",
+        "--multiprocessing-distributed", "--launcher",
+    }
+)
+# Helpers that set up the process group (DeiT/DINO/DETR's `init_distributed_mode`, mmcv's `init_dist`).
+_DIST_SETUP_PREFIXES = ("init_distributed", "init_dist", "setup_distributed", "setup_dist", "dist_init", "init_process_group")
+
+
+def is_distributed_setup_name(name: str) -> bool:
+    return name.lower().lstrip("_").startswith(_DIST_SETUP_PREFIXES)
+
+
+def declares_distributed_option(call: cst.Call) -> bool:
+    """`parser.add_argument("--dist_url", ...)` and the like."""
+    return attribute_name(call.func) == "add_argument" and any(
+        isinstance(arg.value, cst.SimpleString) and arg.value.evaluated_value in DISTRIBUTED_OPTIONS
+        for arg in call.args
+        if arg.keyword is None
+    )

@@ -2,15 +2,17 @@
 
 A pre-commit hook runs on every commit: a repository's plain Python files, and even its torch
 model definitions, must cost nothing. The engine only ever changes or reports something in a
-file that trains (a torch.optim optimizer), wraps a model in DataParallel, declares a
---local_rank argument or uses torch.distributed (the launcher too), so the rest is skipped unread.
+file that trains (a torch.optim optimizer, or a backward pass: hand-written updates and optimizers
+built in another module train too), wraps a model in DataParallel, declares a --local_rank
+argument or uses torch.distributed (the launcher too), so the rest is skipped unread. A training
+script must never be skipped: what the engine cannot migrate it reports (DDP114).
 """
 from __future__ import annotations
 
 # Any one of these makes a file a candidate on its own.
 ALWAYS = ("local_rank", "local-rank", "torch.distributed")
 # Otherwise the file must mention torch and one of these.
-WITH_TORCH = ("optim", "DataParallel")
+WITH_TORCH = ("optim", "DataParallel", "backward", ".train(", ".learn(", ".fit(")
 
 # Launcher files (shell, Make, YAML, ...) are candidates when they mention the launcher modules.
 LAUNCHER = "torch.distributed"

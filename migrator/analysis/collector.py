@@ -23,6 +23,8 @@ class _Collector(NameIndex):
         self.calls: List[cst.Call] = []
         self.calls_by_qname: Dict[str, List[cst.Call]] = {}
         self.optimizer_calls: List[Tuple[cst.Call, str]] = []
+        self.manual_updates: List[cst.Call] = []  # `model.parameters()` of a hand-written SGD loop
+        self.optimizer_helpers: List[cst.Call] = []  # `get_optimizer(cfg, model)`: built by the project's code
         self.cuda_calls: List[cst.Call] = []
         self.device_strings: List[cst.SimpleString] = []
         self.main_guards: List[cst.If] = []
@@ -52,9 +54,12 @@ class _Collector(NameIndex):
                 self.calls_by_qname.setdefault(qualified, []).append(node)
                 if N.is_optimizer(qualified):
                     self.optimizer_calls.append((node, qualified))
+            if not (qualified or "").startswith("torch.") and N.is_optimizer_helper(node.func):
+                self.optimizer_helpers.append(node)
             func = node.func
             if isinstance(func, cst.Attribute) and func.attr.value == "cuda" and self.resolve(func.value) != "torch":
                 self.cuda_calls.append(node)
+        self.manual_updates = [call for call in map(N.manual_update_parameters, self.loops) if call is not None]
 
     def visit_For(self, node: cst.For) -> None:
         super().visit_For(node)

@@ -9,6 +9,8 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from migrator import names as N
+from migrator.names import attribute_name
+from migrator.tree import descendants
 from migrator.analysis.facts import DataParallelSite, ModelFact
 from migrator.analysis.helpers import (
     Statement,
@@ -63,19 +65,21 @@ def ddp_wrapped_targets(self) -> Set[str]:
 
 def trained_models(self, dp_sites, ddp_targets: Set[str]) -> Tuple[ModelFact, ...]:
     models: Dict[str, ModelFact] = {}
-    for call, _ in self.c.optimizer_calls:
-        for expr in _parameter_owners(call) or self.parameter_owners_nearby(call):
-            if expr in models:
-                continue
+    updates = [call for call, _ in self.c.optimizer_calls] + self.c.manual_updates + self.c.optimizer_helpers
+    for call in updates:
+        for expr in self.parameter_owners(call):
+            if expr in models or expr == "self":
+                continue  # `self`: a module building its own optimizer (configure_optimizers) is not training
             definition = self.model_definition(expr, call)
             sites = [
                 s for s in dp_sites
                 if (s.target == expr or (s.target or "").startswith(expr + ".")) and self.same_scope(s.statement, definition)
             ]
-            wrap_after = self.last_preparation(expr, definition) if definition is not None else None
-            stripped = self.nested_sites(sites, definition)
+            anchor = self.branch_anchor(definition) if definition is not None else None
+            wrap_after = self.last_preparation(expr, anchor) if anchor is not None else None
+            stripped = self.nested_sites(sites, definition, anchor)
             if stripped:
-                wrap_after = self.after_branches(stripped, definition, wrap_after)
+                wrap_after = self.after_branches(stripped, anchor, wrap_after)
             dp = None if stripped else next((s for s in sites if s.target == expr), None)
             models[expr] = ModelFact(
                 expr=expr,
@@ -120,7 +124,7 @@ def feeds_trained_model(self, site: DataParallelSite, models) -> bool:
             return True  # `model = build()` where build() returns DataParallel(...)
     return False
 
-def nested_sites(self, sites, definition) -> Tuple[DataParallelSite, ...]:
+def nested_sites(self, sites, definition, anchor) -> Tuple[DataParallelSite, ...]:
     """DataParallel sites to unwrap in place: several, on a submodule, or in branches below the model's block.
 
     One site in the model's own block (`model = DP(model)`, or the tutorial's
@@ -131,15 +135,15 @@ def nested_sites(self, sites, definition) -> Tuple[DataParallelSite, ...]:
     if len(sites) == 1:
         site = sites[0]
         holder = site.conditional or site.statement
-        if self.block_of(holder) is self.block_of(definition) and "." not in (site.target or "").replace(
+        if self.block_of(holder) is self.block_of(anchor) and "." not in (site.target or "").replace(
             code_of_target(definition), "", 1
         ):
             return ()
     return tuple(sites)
 
-def after_branches(self, sites, definition, wrap_after):
+def after_branches(self, sites, anchor, wrap_after):
     """The statement of the model's block that comes last among the branches holding `sites`."""
-    block = self.block_of(definition)
+    block = self.block_of(anchor)
     body = list(block.body)  # type: ignore[union-attr]
     last = body.index(wrap_after)
     for site in sites:
@@ -168,9 +172,45 @@ def parameter_owners_nearby(self, optimizer_call: cst.Call) -> List[str]:
             owners += [o for o in _parameter_owners_in(loop.iter) if o not in owners]
     return owners
 
+def parameter_owners(self, update: cst.Call) -> List[str]:
+    """The models an update trains: an optimizer's parameter owners, or the receiver of a
+    hand-written update's `model.parameters()`."""
+    if update in self.c.manual_updates:
+        return [code_of(update.func.value)]  # type: ignore[attr-defined]
+    if update in self.c.optimizer_helpers:
+        return self.models_passed(update)
+    return _parameter_owners(update) or self.parameter_owners_nearby(update)
+
+def models_passed(self, helper: cst.Call) -> List[str]:
+    """The models handed to an optimizer-building helper: arguments used as modules elsewhere
+    (moved, wrapped in DataParallel, switched to train mode), so that `cfg` or `args` never are."""
+    found = []
+    for arg in helper.args:
+        expr = code_of(arg.value)
+        owners = _parameter_owners_in(arg.value)
+        if owners:
+            found += [o for o in owners if o not in found]
+        elif isinstance(arg.value, (cst.Name, cst.Attribute)) and self.used_as_module(expr) and expr not in found:
+            found.append(expr)
+    return found
+
+def used_as_module(self, expr: str) -> bool:
+    if any(r == expr and meth in _MODULE_METHODS for r, meth, _ in self.c.expr_calls):
+        return True
+    for call in self.c.calls:
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _MODULE_METHODS and code_of(func.value) == expr:
+            return True
+    return any(call.args and code_of(call.args[0].value) == expr for call in self.calls(N.DATAPARALLEL))
+
 def model_definition(self, expr: str, optimizer_call: cst.Call) -> Optional[cst.SimpleStatementLine]:
-    """The first statement assigning `expr` in the optimizer's function (or class, for self.x)."""
-    container: cst.CSTNode = self.enclosing_function(optimizer_call) or self.module
+    """The first statement assigning `expr` in the optimizer's function (or class, for self.x).
+
+    A function that updates a global model (`def train(): ... for p in model.parameters():`)
+    trains the one built at module level.
+    """
+    fn = self.enclosing_function(optimizer_call)
+    container: cst.CSTNode = fn or self.module
     if expr.startswith("self."):
         container = self.enclosing_class(optimizer_call) or container
     for target, statement in self.c.assignments:
@@ -178,9 +218,52 @@ def model_definition(self, expr: str, optimizer_call: cst.Call) -> Optional[cst.
             if not isinstance(self.block_of(statement), (cst.Module, cst.IndentedBlock)):
                 continue
             return statement
+    if fn is not None and not expr.startswith("self.") and expr.split(".")[0] not in self.c.bound.get(fn, ()):
+        for target, statement in self.c.assignments:
+            if target == expr and self.scope_of(statement) is self.module:
+                return statement
     return None
 
-def last_preparation(self, expr: str, definition: cst.SimpleStatementLine) -> Statement:
+def branch_anchor(self, definition: cst.SimpleStatementLine) -> Statement:
+    """Where the walk to the wrap point starts: the definition, lifted out of the branches holding it.
+
+    A model chosen in `if args.arch == ...: / elif: / else:`, or unpickled in a resume branch,
+    is one model: it is wrapped once, after the whole `if` (and after the moves that follow
+    it), never inside each branch. Lifting goes through if/elif/else, try and with blocks, and
+    stops at loops and functions, and at a statement that itself holds the training loop
+    (`if args.train: model = Net(); for epoch ...`): there the wrap stays inside.
+    """
+    node: Statement = definition
+    while True:
+        holder = self.branch_holder(node)
+        if holder is None or self.holds_training(holder):
+            return node
+        node = holder
+
+def branch_holder(self, statement: Statement) -> Optional[Statement]:
+    """The if/try/with statement whose branch `statement` sits in (None: a loop, a def or the top)."""
+    branch_parts = (cst.IndentedBlock, cst.If, cst.Else, cst.Try, cst.ExceptHandler, cst.Finally, cst.With)
+    for anc in self.ancestors(statement):
+        if not isinstance(anc, branch_parts):
+            return None
+        if isinstance(anc, (cst.If, cst.Try, cst.With)) and self.block_of(anc) is not None:
+            return None if isinstance(anc, cst.If) and N.is_main_guard(anc.test) else anc
+    return None
+
+def holds_training(self, statement: Statement) -> bool:
+    """Does `statement` contain a loop that trains (backward, a step, or a call of this file's functions)?"""
+    local = {fn.name.value for fn in self.c.functions}
+    fn = self.enclosing_function(statement)
+    for loop in self.c.loops:
+        if not self.is_inside(loop, statement) or self.enclosing_function(loop) is not fn:
+            continue
+        for call in self.calls_inside.get(loop, ()):
+            name = call.func.value if isinstance(call.func, cst.Name) else attribute_name(call.func)
+            if name in ("backward", "step") or name in local:
+                return True
+    return False
+
+def last_preparation(self, expr: str, definition: Statement) -> Statement:
     """The last statement, before training starts, that still prepares the model.
 
     Walks forward from the definition to the first loop (training) or return; statements
@@ -192,15 +275,40 @@ def last_preparation(self, expr: str, definition: cst.SimpleStatementLine) -> St
     body = list(block.body)  # type: ignore[union-attr]
     last: Statement = definition
     for statement in body[body.index(definition) + 1 :]:
-        if isinstance(statement, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef)) or _returns(statement):
-            break
-        if not isinstance(statement, cst.SimpleStatementLine) and any(
-            self.is_inside(loop, statement) for loop in self.c.loops
-        ):
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            continue  # defined here, run later: neither a preparation nor training
+        if _returns(statement) or self.starts_training(statement, expr):
             break
         if self.prepares(statement, expr):
             last = statement
     return last
+
+def starts_training(self, statement: Statement, expr: str) -> bool:
+    """Is `statement` where training (or any use of the model in a loop) begins?
+
+    A loop that only builds parameter groups (`for k, v in model.named_parameters():`) or
+    renames checkpoint keys does not: the model is still being prepared after it (detectron-
+    and faster-rcnn-style scripts call `model.cuda()` and load a checkpoint below such loops).
+    """
+    if isinstance(statement, (cst.For, cst.While)):
+        body_names = _referenced_names(statement.body)
+        return self.holds_training(statement) or expr.split(".")[-1] in body_names
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return self.holds_training(statement)
+    return self.calls_training_function(statement)
+
+def calls_training_function(self, statement: cst.SimpleStatementLine) -> bool:
+    """`loss.backward()`, or `train(model, loader)`: a call of one of this file's functions that trains."""
+    if any(attribute_name(call.func) in ("backward", "step") for call in descendants(statement, cst.Call)):
+        return True
+    functions = {fn.name.value: fn for fn in self.c.functions}
+    for name in _called_names(statement):
+        fn = functions.get(name)
+        if fn is not None and any(
+            attribute_name(call.func) in ("backward", "step") for call in self.calls_inside.get(fn, ())
+        ):
+            return True
+    return False
 
 def prepares(self, statement: Statement, expr: str) -> bool:
     if isinstance(statement, cst.SimpleStatementLine):
@@ -209,7 +317,21 @@ def prepares(self, statement: Statement, expr: str) -> bool:
         inside = lambda s: self.is_inside(s, statement)  # noqa: E731
     if any(t == expr and inside(s) for t, s in self.c.assignments):
         return True
-    return any(r == expr and meth in N.PREPARE_METHODS and inside(s) for r, meth, s in self.c.expr_calls)
+    return any(r == expr and _prepares_model(meth) and inside(s) for r, meth, s in self.c.expr_calls)
+
+
+# nn.Module methods: an argument called with one of these is a model.
+_MODULE_METHODS = frozenset({"to", "cuda", "train", "eval", "parameters", "named_parameters", "state_dict", "load_state_dict"})
+
+# Custom methods that finish building a model (`net.create_architecture()`, `model.init_weights()`,
+# `model.load_pretrained(path)`): the wrap goes after them, since DDP registers the parameters it
+# sees when it is built. A custom `model.fit(...)` is not one: it may train.
+_BUILDING_PREFIXES = ("create", "build", "init", "load", "reset", "setup", "freeze", "set_", "initialize")
+
+
+def _prepares_model(method: str) -> bool:
+    return method in N.PREPARE_METHODS or method.lstrip("_").startswith(_BUILDING_PREFIXES)
+
 
 def is_dataparallel_if(self, statement: cst.If) -> bool:
     return any(anc is statement for call in self.calls(N.DATAPARALLEL) for anc in self.ancestors(call))

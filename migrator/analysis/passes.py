@@ -12,6 +12,7 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.bindings import ScopeOwner
+from migrator.tree import descendants
 from migrator.dataflow import Flow
 from migrator.analysis.facts import EntryPoint, LazyPositions, ModelFact, ScriptFacts
 from migrator.analysis.helpers import Block, Statement, _has_map_location, _is_local_rank_argument, code_of
@@ -110,7 +111,7 @@ class _Analysis:
             before_setup=frozenset(),
             entry=entry,
             has_main_guard=guard is not None,
-            has_init_process_group=bool(self.calls(N.INIT_PROCESS_GROUP)),
+            has_init_process_group=bool(self.calls(N.INIT_PROCESS_GROUP)) or self.sets_up_distributed_elsewhere(),
             has_destroy_process_group=bool(self.calls(N.DESTROY_PROCESS_GROUP)),
             models=models,
             dataparallel_sites=dp_sites,
@@ -128,6 +129,24 @@ class _Analysis:
         )
         facts = replace(facts, models=tuple(replace(m_, rebound=self.rebound.get(m_.expr, ())) for m_ in facts.models))
         return replace(facts, before_setup=self.functions_before_setup(facts))
+
+    def sets_up_distributed_elsewhere(self) -> bool:
+        """Is the process group set up by a helper (`utils.init_distributed_mode(args)`, mmcv's
+        `init_dist`, `getattr(common_utils, 'init_dist_%s' % launcher)`) or an option the script
+        declares for it (`--dist_url`, `--world_size`, `--launcher`)? Such a script is already
+        distributed: a second `init_process_group` would kill every rank."""
+        for call in self.c.calls:
+            name = call.func.value if isinstance(call.func, cst.Name) else N.attribute_name(call.func)
+            if name and N.is_distributed_setup_name(name):
+                return True
+            if N.declares_distributed_option(call):
+                return True
+            if N.is_name(call.func, "getattr") and any(
+                isinstance(s, cst.SimpleString) and N.is_distributed_setup_name(s.raw_value)
+                for arg in call.args for s in descendants(arg.value, cst.SimpleString)
+            ):
+                return True
+        return False
 
     def functions_before_setup(self, facts: ScriptFacts) -> FrozenSet[cst.CSTNode]:
         """Module-level functions called before the setup (`_init_(cfg)` in the guard, before main())."""
@@ -212,7 +231,15 @@ class _Analysis:
     after_branches = _models.after_branches
     parameter_owners_nearby = _models.parameter_owners_nearby
     model_definition = _models.model_definition
+    parameter_owners = _models.parameter_owners
+    models_passed = _models.models_passed
+    used_as_module = _models.used_as_module
     last_preparation = _models.last_preparation
+    branch_anchor = _models.branch_anchor
+    branch_holder = _models.branch_holder
+    holds_training = _models.holds_training
+    starts_training = _models.starts_training
+    calls_training_function = _models.calls_training_function
     prepares = _models.prepares
     is_dataparallel_if = _models.is_dataparallel_if
 

@@ -22,6 +22,7 @@ from migrator.rules import (
     sampler,
     set_epoch,
     shutdown,
+    unmigrated,
     unwrap_module,
     wrap_model,
 )
@@ -45,8 +46,14 @@ FIXERS: Tuple[Tuple[Rule, Planner], ...] = (
 )
 
 # Report-only planners: they add diagnostics, never edits.
-REPORTERS: Tuple[Tuple[Tuple[Rule, ...], Planner], ...] = ((caveats.RULES, caveats.plan),)
+REPORTERS: Tuple[Tuple[Tuple[Rule, ...], Planner], ...] = (
+    (caveats.RULES, caveats.plan),
+    # Last: it reports a training file that everything above left unchanged and unreported.
+    ((unmigrated.RULE,), unmigrated.plan),
+)
 
 # Launcher files (shell, Make, YAML, Dockerfile, Markdown) share the codes and the registry.
-RULES: Tuple[Rule, ...] = tuple(rule for rule, _ in FIXERS) + advisories.RULES + caveats.RULES + LAUNCHER_RULES
+RULES: Tuple[Rule, ...] = (
+    tuple(rule for rule, _ in FIXERS) + advisories.RULES + (unmigrated.RULE,) + caveats.RULES + LAUNCHER_RULES
+)
 RULES_BY_CODE: Dict[str, Rule] = {rule.code: rule for rule in RULES}

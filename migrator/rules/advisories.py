@@ -680,6 +680,74 @@ os.system("python -m torch.distributed.launch $LAUNCH_OPTS train.py")
     ),
 )
 
+SAVE_AFTER_TEARDOWN = Rule(
+    code="DDP115",
+    name="save-after-teardown",
+    summary="checkpoint written after training returns and the process group is gone: every rank writes it",
+    what="""
+A `torch.save(...)` in the launch block after the call that trains
+(`model = main(config); torch.save(model.state_dict(), "model.pth")`). The process group is
+destroyed when that call returns, so the tool cannot guard the save by rank or put a barrier in
+front of the code that reads the file back.""",
+    why="""
+Every rank writes the same file at once (a corrupt or half-written checkpoint on shared
+storage), and any rank reading it back may read rank 0's file while another rank is writing.""",
+    fix="Move the save (and what reads it back) into the training function, where ddp-migrate guards it, or guard it with `if int(os.environ.get('RANK', 0)) == 0:` and read it back only there.",
+    fix_safety="Not fixable automatically.",
+    fixable=False,
+    examples=(
+        Example(
+            id="save-after-main",
+            before='''import torch
+
+
+def main():
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+    return model
+
+
+if __name__ == "__main__":
+    model = main()
+    torch.save(model.state_dict(), "model.pth")
+''',
+            after='''import torch
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    model = torch.nn.Linear(4, 1)
+    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+    return model
+
+
+if __name__ == "__main__":
+    try:
+        model = main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    torch.save(model.state_dict(), "model.pth")
+''',
+            diagnostics=("DDP115",),
+        ),
+    ),
+)
+
 RULES = (
     NO_ENTRY_POINT,
     CUDA_CALL_LEFT,
@@ -694,4 +762,5 @@ RULES = (
     DATAPARALLEL_LEFT,
     LEGACY_LAUNCH_IMPORT,
     PYTHON_LAUNCH_UNSAFE,
+    SAVE_AFTER_TEARDOWN,
 )

@@ -6,7 +6,13 @@ what the numbers mean or where a script can hang.
 """
 from __future__ import annotations
 
+from typing import Optional
+
+import libcst as cst
+
 from migrator.analysis import ScriptFacts
+from migrator.names import attribute_name
+from migrator.tree import descendants
 from migrator.edits import Plan
 from migrator.rule import Example, Rule
 from migrator.rules.process_group import needs_setup
@@ -191,11 +197,52 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
             _report(facts, plan, ACCUMULATION, node)
         if facts.batchnorm_layers:
             _report(facts, plan, SYNC_BATCHNORM, facts.batchnorm_layers[0])
+    # Code that is already distributed chose its sharded evaluation and its rank checks, and runs
+    # as it is: there, a sharded evaluation loader is reported only when nothing in the file
+    # combines the ranks' results, and rank checks are left alone (each is deliberate far more
+    # often than it is a hang).
+    combines = _combines_ranks(facts.module)
     for loader in facts.loaders:
         if not loader.training and loader.distributed_sampler:
-            _report(facts, plan, EVAL_SHARDED, loader.call)
+            if migrating or (not combines and _iterated_here(facts.module, loader.target)):
+                _report(facts, plan, EVAL_SHARDED, loader.call)
     for node in facts.rank_divergent:
-        _report(facts, plan, RANK_DIVERGENCE, node)
+        # In code that already runs distributed, only a collective behind the check is evidence
+        # of a hang; a forward there (sampling, logging on rank 0) usually runs on the bare module.
+        if migrating or _runs_collective(node):
+            _report(facts, plan, RANK_DIVERGENCE, node)
+
+
+COLLECTIVE_NAMES = frozenset(
+    {"barrier", "all_reduce", "all_gather", "all_gather_object", "broadcast", "broadcast_object_list", "reduce", "gather", "scatter"}
+)
+
+# Calls that combine per-rank results: torch.distributed's collectives and the helpers projects
+# write around them (`torch_dist_sum`, `reduce_tensor`, `metric_logger.synchronize_between_processes()`).
+_COMBINING_WORDS = ("reduce", "gather", "dist_sum", "synchron")
+
+
+def _iterated_here(module: cst.Module, loader: Optional[str]) -> bool:
+    """Is the loader looped over in this file (so its metric is computed, unreduced, here)?"""
+    if loader is None:
+        return False
+    name = loader.split(".")[-1]
+    return any(
+        name in {n.value for n in descendants(loop.iter, cst.Name)} | {a.attr.value for a in descendants(loop.iter, cst.Attribute)}
+        for loop in descendants(module, cst.For)
+    )
+
+
+def _runs_collective(node: cst.CSTNode) -> bool:
+    return any(attribute_name(call.func) in COLLECTIVE_NAMES for call in descendants(node, cst.Call))
+
+
+def _combines_ranks(module: cst.Module) -> bool:
+    for call in descendants(module, cst.Call):
+        name = (call.func.value if isinstance(call.func, cst.Name) else attribute_name(call.func) or "").lower()
+        if any(word in name for word in _COMBINING_WORDS):
+            return True
+    return False
 
 
 def _report(facts: ScriptFacts, plan: Plan, rule: Rule, node) -> None:

@@ -12,7 +12,7 @@ from migrator.edits import Plan
 from migrator.rule import Example, Rule
 from migrator.rules import _build
 from migrator.rules.process_group import needs_setup
-from migrator.rules.advisories import SHARED_WORK_IN_SAVE
+from migrator.rules.advisories import SAVE_AFTER_TEARDOWN, SHARED_WORK_IN_SAVE
 from migrator.types import Change, Diagnostic
 
 CHECKPOINT = Rule(
@@ -169,6 +169,10 @@ def plan_checkpoints(facts: ScriptFacts, plan: Plan) -> None:
         if site.inner is not None and not all(facts.after_setup(s) for s in guard):
             guard = (site.inner,)  # the helper is called before the setup too: guard the write inside it
         for statement in guard:
+            if statement not in plan.guards and _after_teardown(facts, statement):
+                line, col = facts.line_col(statement)
+                plan.diagnostics.append(Diagnostic(SAVE_AFTER_TEARDOWN.code, line, col, SAVE_AFTER_TEARDOWN.summary))
+                continue
             if statement in plan.guards or not facts.after_setup(statement):
                 continue
             plan.guard(statement, condition(facts))
@@ -181,6 +185,15 @@ def plan_checkpoints(facts: ScriptFacts, plan: Plan) -> None:
         plan.insert_before(statement, _build.statements(facts, f"{facts.names.dist}.barrier()\n"))
         line, col = facts.line_col(statement)
         plan.changes.append(Change(CHECKPOINT.code, line, col, "barrier before reading back rank 0's checkpoint"))
+
+
+def _after_teardown(facts: ScriptFacts, statement) -> bool:
+    """Does `statement` run in the launch block after the entry call returned (and destroyed the group)?"""
+    entry = facts.entry
+    if entry is None or entry.kind != "function" or entry.call_statement is None:
+        return False
+    launch = facts.parents.get(entry.call_statement)
+    return facts.parents.get(statement) is launch and facts.order.get(statement, 0) > facts.order.get(entry.call_statement, 0)
 
 
 def plan_logging(facts: ScriptFacts, plan: Plan) -> None:

@@ -82,7 +82,7 @@ WRAP = "{target} = {ddp}({target}, device_ids={device_ids})\n"
 
 def plan(facts: ScriptFacts, plan: Plan) -> None:
     for model in facts.models:
-        if model.definition is None and not model.already_ddp:
+        if model.definition is None and not model.already_ddp and not facts.has_init_process_group:
             line, col = facts.line_col(model.optimizer_call)
             plan.diagnostics.append(Diagnostic(MODEL_NOT_TRACED.code, line, col, f"{model.expr}: {MODEL_NOT_TRACED.summary}"))
     for site in facts.blocking_dataparallel:

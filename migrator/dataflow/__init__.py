@@ -1,0 +1,38 @@
+"""Where data and models flow: which loaders train, which loops are epochs, who writes checkpoints.
+
+Part of the single analysis: built from the same collected sites and name index, never a new
+traversal of the whole tree. `Flow` combines one mixin class per concern over a shared core.
+
+Layout, one concern per module:
+  core.py     the facts (LoaderFact, EpochHook, SaveSite, ModelUse), FlowBase: construction and the
+              navigation every concern shares (callees, parameters, loops over a name, training),
+              and the helpers several concerns use (code_of, _iterated)
+  loaders.py  LoaderFlow: DataLoaders, their loops, samplers and why one is declined
+  epochs.py   EpochFlow: epoch loops, set_epoch hooks, gradient accumulation
+  saves.py    SaveFlow: checkpoint writes, per-step prints and logs, rank checks and barriers
+  models.py   ModelFlow: uses and reassignments of a model after it is wrapped
+"""
+from migrator.dataflow.core import EpochHook, LoaderFact, ModelUse, SaveSite, Statement, code_of
+from migrator.dataflow.epochs import EpochFlow
+from migrator.dataflow.loaders import LoaderFlow
+from migrator.dataflow.models import ModelFlow
+from migrator.dataflow.saves import SaveFlow
+
+
+class Flow(LoaderFlow, SaveFlow, ModelFlow):
+    """The flow facts of one script: loaders (with their epochs), saves and model uses."""
+
+
+__all__ = [
+    "EpochFlow",
+    "EpochHook",
+    "Flow",
+    "LoaderFact",
+    "LoaderFlow",
+    "ModelFlow",
+    "ModelUse",
+    "SaveFlow",
+    "SaveSite",
+    "Statement",
+    "code_of",
+]

@@ -1,0 +1,231 @@
+"""The core of the flow analysis: its facts, its construction and the navigation every concern shares.
+
+Part of the single analysis: built from the same collected sites and name index, never a new
+traversal of the whole tree. "Training" is decided from the code, not from names: a loader
+trains when a loop over it (here, or in a function it is passed to, or through `self`) reaches
+a `backward()` or an optimizer `step()`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from migrator import names as N
+from migrator.bindings import ScopeOwner, dotted_name
+
+if TYPE_CHECKING:  # pragma: no cover
+    from migrator.analysis import ModelFact, _Analysis
+
+Statement = cst.BaseStatement
+
+
+def code_of(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+# --------------------------------------------------------------------------- facts
+
+
+@dataclass(frozen=True)
+class EpochHook:
+    """`<loader>.sampler.set_epoch(<epoch>)` (or `<sampler>.set_epoch`) goes first in `loop`."""
+
+    loop: cst.For
+    loader_expr: str  # how the loader is spelled in the loop's scope
+    epoch: str
+
+
+@dataclass(frozen=True)
+class LoaderFact:
+    call: cst.Call
+    statement: Statement  # the statement holding the DataLoader(...) call
+    owner: ScopeOwner
+    target: Optional[str]  # "train_loader", "self.train_loader"
+    dataset: Optional[cst.BaseExpression]
+    shuffle: Optional[cst.Arg]  # the shuffle=... argument, which the sampler takes over
+    kwargs_dict: Optional[str]  # `**train_kwargs`: shuffle may hide in there
+    training: bool
+    hooks: Tuple[EpochHook, ...]
+    problem: Optional[str]  # why it is declined: "sampler", "iterable", "untraced", or None
+    no_epoch_loop: Optional[cst.CSTNode] = None  # the loop that iterates it without an epoch loop around
+    distributed_sampler: bool = False  # already reads a DistributedSampler
+
+
+@dataclass(frozen=True)
+class SaveSite:
+    """A checkpoint write and the statement(s) that must run on rank 0 only."""
+
+    call: cst.Call
+    guard: Tuple[Statement, ...]  # the helper's call sites, or the write itself
+    shared: Optional[Statement] = None  # the guard would skip code every rank must run (a forward, a collective)
+    inner: Optional[Statement] = None  # the write itself, when `guard` holds a helper's call sites
+
+
+@dataclass(frozen=True)
+class ModelUse:
+    """An attribute of a wrapped model: `model.state_dict()`, `model.encode(x)`..."""
+
+    node: cst.Attribute
+    model: "ModelFact"
+
+
+# --------------------------------------------------------------------------- the analysis
+
+
+class FlowBase:
+    """Construction and shared navigation: callees, parameters, loops over an expression, training."""
+
+    def __init__(self, a: "_Analysis", model_exprs: Set[str], entry_function: Optional[cst.CSTNode]) -> None:
+        self.a = a
+        self.c = a.c
+        self.model_exprs = model_exprs
+        self.entry_function = entry_function
+        self.functions: Dict[str, cst.FunctionDef] = {
+            f.name.value: f for f in self.c.functions if isinstance(a.parent(f), cst.Module)
+        }
+        self.classes: Dict[str, cst.ClassDef] = {c.name.value: c for c in self.c.classes if isinstance(a.parent(c), cst.Module)}
+        self._trains_cache: Dict[cst.CSTNode, bool] = {}
+        self.optimizer_names = self._optimizer_names()
+
+    # -- small helpers -------------------------------------------------------------------
+    def _optimizer_names(self) -> Set[str]:
+        found = set()
+        for call, _ in self.c.optimizer_calls:
+            statement = self.a.statement_of(call)
+            if isinstance(statement, cst.SimpleStatementLine):
+                small = statement.body[0]
+                if isinstance(small, cst.Assign):
+                    found.update(code_of(t.target) for t in small.targets)
+        return found
+
+    def method_of(self, cls: Optional[cst.ClassDef], name: str) -> Optional[cst.FunctionDef]:
+        if cls is None:
+            return None
+        for statement in cls.body.body:
+            if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
+                return statement
+        return None
+
+    def callee(self, call: cst.Call) -> Optional[cst.FunctionDef]:
+        """The function of this file a call runs: `train(...)` or `self.train_epoch(...)`."""
+        if isinstance(call.func, cst.Name):
+            if call.func.value in self.classes:  # Trainer(model, loader): its __init__ runs
+                return self.method_of(self.classes[call.func.value], "__init__")
+            return self.functions.get(call.func.value)
+        if isinstance(call.func, cst.Attribute) and N.is_name(call.func.value, "self"):
+            return self.method_of(self.a.enclosing_class(call), call.func.attr.value)
+        return None
+
+    def bound_params(self, fn: cst.FunctionDef) -> List[str]:
+        """The parameters a call fills, `self`/`cls` of a method left out."""
+        params = [p.name.value for p in fn.params.params]
+        if params and params[0] in ("self", "cls") and self.a.enclosing_class(fn) is not None:
+            params = params[1:]
+        return params
+
+    def param_for(self, fn: cst.FunctionDef, call: cst.Call, expr: str) -> Optional[str]:
+        """The parameter of `fn` that receives `expr` at `call`."""
+        params = self.bound_params(fn)
+        for index, arg in enumerate(call.args):
+            if code_of(arg.value) != expr:
+                continue
+            if arg.keyword is not None:
+                return arg.keyword.value
+            if arg.star == "" and index < len(params):
+                return params[index]
+        return None
+
+    def argument_for(self, fn: cst.FunctionDef, call: cst.Call, param: str) -> Optional[str]:
+        params = self.bound_params(fn)
+        for index, arg in enumerate(call.args):
+            if arg.keyword is not None and arg.keyword.value == param:
+                return code_of(arg.value)
+            if arg.keyword is None and arg.star == "" and index < len(params) and params[index] == param:
+                return code_of(arg.value)
+        return None
+
+    def assigned_value(self, name: str, owner: ScopeOwner) -> Optional[cst.BaseExpression]:
+        for target, statement in self.c.assignments:
+            if target == name and self.a.scope_of(statement) is owner:
+                small = statement.body[0]
+                if isinstance(small, cst.Assign):
+                    return small.value
+        return None
+
+    def calls_within(self, node: cst.CSTNode) -> List[cst.Call]:
+        return self.a.calls_inside.get(node, [])
+
+    def loops_over(self, expr: str, within: cst.CSTNode) -> List[cst.CSTNode]:
+        """`for ... in <expr>` loops, and `iter(<expr>)` calls (step loops that call next())."""
+        loops = [loop for loop in self.c.loops if isinstance(loop, cst.For) and _iterated(loop) == expr]
+        streams = [
+            call for call in self.calls_within(within)
+            if N.is_name(call.func, "iter") and _iterated(call) == expr
+        ]
+        return [node for node in loops if self.a.is_inside(node, within)] + streams
+
+    @property
+    def has_updates(self) -> bool:
+        """Does anything in the file train parameters (an optimizer, a helper building one, a manual update)?"""
+        return bool(self.c.optimizer_calls or self.c.optimizer_helpers or self.c.manual_updates)
+
+    def external_training_call(self, call: cst.Call, expr: str) -> bool:
+        """`train(config, train_loader, model, ...)` imported from the project's own module: the loader
+        it is given is the training data, even though the loop over it is in that other module."""
+        if not self.has_updates or not any(code_of(arg.value) == expr for arg in call.args):
+            return False
+        func = call.func
+        name = func.value if isinstance(func, cst.Name) else N.attribute_name(func)
+        return bool(name) and N.is_training_function_name(name)  # type: ignore[arg-type]
+
+    def use_trains(self, use: cst.CSTNode) -> bool:
+        """A loop over the loader trains; so does an `iter(loader)` in a function that trains, and
+        a call that hands the loader to an imported training function."""
+        if isinstance(use, cst.For):
+            return self.trains(use)
+        if isinstance(use, cst.Call) and not N.is_name(use.func, "iter"):
+            return True
+        return self.trains(self.a.enclosing_function(use) or self.a.module)
+
+    def trains(self, node: cst.CSTNode, depth: int = 0) -> bool:
+        """Does running `node` reach a backward() or an optimizer step()?"""
+        if node in self._trains_cache:
+            return self._trains_cache[node]
+        self._trains_cache[node] = False  # recursion guard
+        result = False
+        for call in self.calls_within(node):
+            func = call.func
+            if isinstance(func, cst.Attribute) and (
+                func.attr.value == "backward" or (func.attr.value == "step" and code_of(func.value) in self.optimizer_names)
+            ):
+                result = True
+                break
+            target = self.callee(call)
+            if target is not None and depth < 4 and self.trains(target, depth + 1):
+                result = True
+                break
+        self._trains_cache[node] = result
+        return result
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+# Calls whose first argument is not what the loop walks over (range(len(loader)) walks indices).
+_NOT_WRAPPERS = {"range", "len", "reversed", "sorted"}
+
+
+def _iterated(loop: cst.CSTNode) -> Optional[str]:
+    """What a loop (or an `iter(...)` call) walks over: `train_loader` in `for x in train_loader`,
+    `enumerate(train_loader)`, `tqdm(train_loader, ...)`, `metric_logger.log_every(train_loader, 10)`.
+    """
+    if isinstance(loop, cst.Call) and not N.is_name(loop.func, "iter"):
+        return None  # a call handing the loader to a training function: spelled as it is passed
+    node = loop.iter if isinstance(loop, cst.For) else loop
+    while isinstance(node, cst.Call) and node.args and node.args[0].keyword is None:
+        if (dotted_name(node.func) or "").split(".")[-1] in _NOT_WRAPPERS:
+            return None
+        node = node.args[0].value
+    return code_of(node) if isinstance(node, (cst.Name, cst.Attribute)) else None

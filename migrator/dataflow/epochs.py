@@ -1,0 +1,88 @@
+"""Epoch loops: which loop drives a loader's epochs, where its set_epoch hook goes, gradient accumulation."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import libcst as cst
+
+from migrator import names as N
+from migrator.dataflow.core import EpochHook, FlowBase, _iterated, code_of
+from migrator.tree import descendants
+
+
+class EpochFlow(FlowBase):
+    """Epoch loops and the `set_epoch` hooks they need."""
+
+    def epoch_hooks(self, loop: cst.CSTNode, spelled: str) -> List[EpochHook]:
+        """Where the epoch loop driving `loop` is, and how the loader is spelled there."""
+        enclosing = self.enclosing_epoch_loop(loop)
+        if enclosing is not None:
+            # Spelled as the loop spells it: the epoch loop is in the same function.
+            return [EpochHook(enclosing, _iterated(loop) or spelled, _loop_variable(enclosing))]
+        fn = self.a.enclosing_function(loop)
+        if fn is None:
+            return []
+        hooks = []
+        inner = _iterated(loop) or spelled  # the loader as this function spells it (often a parameter)
+        for call in self.c.calls:
+            if self.callee(call) is not fn:
+                continue
+            outer = self.enclosing_epoch_loop(call)
+            if outer is None:
+                continue
+            spelled_there = inner if inner.startswith("self.") else self.argument_for(fn, call, inner)
+            if spelled_there is None and inner in self.c.bound.get(self.a.module, ()):
+                spelled_there = inner  # a module global, as in flat scripts with helpers
+            if spelled_there is not None:
+                hooks.append(EpochHook(outer, spelled_there, _loop_variable(outer)))
+        return hooks
+
+    def enclosing_epoch_loop(self, node: cst.CSTNode) -> Optional[cst.For]:
+        fn = self.a.enclosing_function(node)
+        for anc in self.a.ancestors(node):
+            if anc is fn:
+                return None
+            if isinstance(anc, cst.For) and _loop_variable(anc) and _is_range_like(anc):
+                return anc
+        return None
+
+    def while_loop_around(self, node: cst.CSTNode) -> Optional[cst.While]:
+        return next((anc for anc in self.a.ancestors(node) if isinstance(anc, cst.While)), None)
+
+    def accumulation_steps(self) -> List[cst.CSTNode]:
+        """`if (step + 1) % accum == 0: optimizer.step()` inside a training loop."""
+        found = []
+        for call in self.c.calls:
+            func = call.func
+            if not (isinstance(func, cst.Attribute) and func.attr.value == "step"):
+                continue
+            stepped = code_of(func.value) in self.optimizer_names or any(
+                code_of(arg.value) in self.optimizer_names for arg in call.args
+            )  # scaler.step(optimizer)
+            if not stepped:
+                continue
+            condition = next((anc for anc in self.a.ancestors(call) if isinstance(anc, cst.If)), None)
+            if condition is not None and _is_modulo_test(condition.test) and condition not in found:
+                if any(isinstance(anc, (cst.For, cst.While)) for anc in self.a.ancestors(condition)):
+                    found.append(condition)
+        return found
+
+
+def _is_range_like(loop: cst.For) -> bool:
+    """An epoch loop: `for epoch in range(...)`, `for epoch in tqdm(range(...))`, `for epoch in epochs`."""
+    ranged = any(N.is_name(call.func, "range") for call in descendants(loop.iter, cst.Call))
+    return ranged or "epoch" in code_of(loop.target).lower()
+
+
+def _is_modulo_test(test: cst.BaseExpression) -> bool:
+    """`if (step + 1) % accumulation_steps == 0:`"""
+    return any(isinstance(op.operator, cst.Modulo) for op in descendants(test, cst.BinaryOperation))
+
+
+def _loop_variable(loop: cst.For) -> str:
+    target = loop.target
+    if isinstance(target, cst.Name):
+        return target.value
+    if isinstance(target, cst.Tuple) and target.elements and isinstance(target.elements[0].value, cst.Name):
+        return target.elements[0].value.value  # type: ignore[attr-defined]
+    return ""

@@ -1,0 +1,175 @@
+"""DataLoaders: what each one loads, whether it trains, and why one is declined.
+
+A loader is followed to its loops: where it is built, in functions it is passed to, through
+`self`, and back out of the helpers that return it.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import libcst as cst
+
+from migrator import names as N
+from migrator.bindings import ScopeOwner, dotted_name
+from migrator.dataflow.core import EpochHook, LoaderFact, code_of
+from migrator.dataflow.epochs import EpochFlow
+from migrator.tree import descendants
+
+
+class LoaderFlow(EpochFlow):
+    """Loader facts; the epoch hooks of a training loader come from `EpochFlow`."""
+
+    def loaders(self) -> Tuple[LoaderFact, ...]:
+        return tuple(self.loader(call) for call in self.a.calls(N.DATALOADER))
+
+    def loader(self, call: cst.Call) -> LoaderFact:
+        statement = self.a.statement_of(call)
+        owner = self.a.scope_of(call)
+        dataset = _argument(call, 0, "dataset")
+        shuffle = next((arg for arg in call.args if arg.keyword is not None and arg.keyword.value == "shuffle"), None)
+        kwargs = next((code_of(arg.value) for arg in call.args if arg.star == "**"), None)
+        problem = self.loader_problem(call, dataset, statement)
+        target: Optional[str] = None
+        loops: List[Tuple[cst.For, str]] = []
+        if statement is not None:
+            target, loops = self.loader_loops(call, statement)
+        if problem is None and target is None and not loops:
+            problem = "untraced"
+        if problem is None and not loops and _shuffles(shuffle) and self.has_updates:
+            problem = "untraced"  # a named, shuffled loader whose use we cannot find
+        # An untraced loader that shuffles is most likely the training one: better reported than missed.
+        training = any(self.use_trains(loop) for loop, _ in loops) or (problem == "untraced" and _shuffles(shuffle))
+        hooks: List[EpochHook] = []
+        no_epoch = None
+        if training:
+            for loop, spelled in loops:
+                if not self.use_trains(loop):
+                    continue
+                found = self.epoch_hooks(loop, spelled)
+                if not found and no_epoch is None:
+                    no_epoch = loop
+                hooks.extend(h for h in found if h.loop not in {k.loop for k in hooks})
+        distributed = self.has_distributed_sampler(call)
+        return LoaderFact(call, statement, owner, target, dataset, shuffle, kwargs, training, tuple(hooks), problem, no_epoch, distributed)  # type: ignore[arg-type]
+
+    def has_distributed_sampler(self, call: cst.Call) -> bool:
+        sampler = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "sampler"), None)
+        if isinstance(sampler, cst.Name):
+            sampler = self.assigned_value(sampler.value, self.a.scope_of(call))
+        return isinstance(sampler, cst.Call) and self.c.resolve(sampler.func) in N.DISTRIBUTED_SAMPLER
+
+    def loader_problem(self, call: cst.Call, dataset, statement) -> Optional[str]:
+        keywords = {arg.keyword.value for arg in call.args if arg.keyword is not None}
+        if "sampler" in keywords or "batch_sampler" in keywords:
+            return "sampler"
+        if dataset is None or statement is None or self.a.block_of(statement) is None:
+            return "untraced"
+        if self.is_iterable_dataset(dataset, call):
+            return "iterable"
+        return None
+
+    def is_iterable_dataset(self, dataset: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        value: Optional[cst.CSTNode] = dataset
+        if isinstance(dataset, cst.Name):
+            value = self.assigned_value(dataset.value, self.a.scope_of(at))
+        if not isinstance(value, cst.Call):
+            return False
+        name = dotted_name(value.func)
+        if self.c.resolve(value.func) in N.ITERABLE_DATASET:
+            return True
+        cls = next((c for c in self.c.classes if c.name.value == name), None)
+        return cls is not None and any(self.c.resolve(base.value) in N.ITERABLE_DATASET for base in cls.bases)
+
+    def loader_loops(self, call: cst.Call, statement) -> Tuple[Optional[str], List[Tuple[cst.For, str]]]:
+        """The loader's name where it is built, and every loop over it (with its spelling there)."""
+        target = _assigned_name(statement, call)
+        if target is not None:
+            return target, self.uses(target, self.a.scope_of(call))
+        # `return DataLoader(...)` or `return train_loader, val_loader` from a helper function.
+        fn = self.a.enclosing_function(call)
+        if fn is not None and isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Return):
+            return None, self.returned_uses(fn, 0)
+        return None, []
+
+    def uses(self, expr: str, owner: ScopeOwner, depth: int = 0) -> List[Tuple[cst.For, str]]:
+        """Loops over `expr` in `owner`, in methods of its class (self.x), and in functions it is passed to."""
+        found: List[Tuple[cst.For, str]] = []
+        scopes: List[cst.CSTNode] = [owner]
+        if expr.startswith("self."):
+            cls = self.a.enclosing_class(owner)
+            scopes = [cls] if cls is not None else scopes
+        for scope in scopes:
+            found += [(loop, expr) for loop in self.loops_over(expr, scope)]
+            for call in self.calls_within(scope):
+                fn = self.callee(call)
+                param = self.param_for(fn, call, expr) if fn is not None else None
+                if param is not None and depth < 3:
+                    found += [(loop, expr) for loop, _ in self.uses(param, fn, depth + 1)]
+                elif fn is None and self.external_training_call(call, expr):
+                    found.append((call, expr))  # type: ignore[arg-type]
+        # `self.loader = loader` in a constructor or method: the loader lives on the instance.
+        if "." not in expr and isinstance(owner, cst.FunctionDef) and depth < 3:
+            for attribute in self.stored_on_self(expr, owner):
+                found += [(loop, expr) for loop, _ in self.uses(attribute, owner, depth + 1)]
+        # A helper that returns the loader: `train_loader, val_loader = make_loaders(...)`.
+        if "." not in expr and isinstance(owner, cst.FunctionDef):
+            for position in self.return_positions(owner, expr):
+                found += self.returned_uses(owner, position)
+        return found
+
+    def stored_on_self(self, name: str, fn: cst.FunctionDef) -> List[str]:
+        found = []
+        for target, statement in self.c.assignments:
+            if not target.startswith("self.") or self.a.scope_of(statement) is not fn:
+                continue
+            value = getattr(statement.body[0], "value", None)
+            if isinstance(value, cst.Name) and value.value == name:
+                found.append(target)
+        return found
+
+    def return_positions(self, fn: cst.FunctionDef, expr: str) -> List[int]:
+        positions = []
+        for ret in descendants(fn, cst.Return):
+            value = ret.value
+            elements = [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
+            positions += [i for i, e in enumerate(elements) if e is not None and code_of(e) == expr]
+        return positions
+
+    def returned_uses(self, fn: cst.FunctionDef, position: int) -> List[Tuple[cst.For, str]]:
+        found: List[Tuple[cst.For, str]] = []
+        for call in self.c.calls:
+            if self.callee(call) is not fn:
+                continue
+            statement = self.a.statement_of(call)
+            if not isinstance(statement, cst.SimpleStatementLine) or not isinstance(statement.body[0], cst.Assign):
+                continue
+            assign = statement.body[0]
+            if assign.value is not call:
+                continue
+            target = assign.targets[0].target
+            elements = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
+            if position < len(elements):
+                found += self.uses(code_of(elements[position]), self.a.scope_of(call), depth=1)
+        return found
+
+
+def _shuffles(shuffle: Optional[cst.Arg]) -> bool:
+    return shuffle is not None and not (isinstance(shuffle.value, cst.Name) and shuffle.value.value == "False")
+
+
+def _argument(call: cst.Call, position: int, keyword: str) -> Optional[cst.BaseExpression]:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg.value
+    positional = [arg for arg in call.args if arg.keyword is None and arg.star == ""]
+    return positional[position].value if len(positional) > position else None
+
+
+def _assigned_name(statement, call: cst.Call) -> Optional[str]:
+    if isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], (cst.Assign, cst.AnnAssign)):
+        small = statement.body[0]
+        if small.value is call:
+            target = small.targets[0].target if isinstance(small, cst.Assign) else small.target
+            if isinstance(target, (cst.Name, cst.Attribute)):
+                return code_of(target)
+    return None

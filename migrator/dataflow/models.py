@@ -1,0 +1,92 @@
+"""The model after it is wrapped: attribute uses that must unwrap, and reassignments of its name."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+
+import libcst as cst
+
+from migrator import names as N
+from migrator.dataflow.core import FlowBase, ModelUse, Statement, code_of
+
+if TYPE_CHECKING:  # pragma: no cover
+    from migrator.analysis import ModelFact
+
+
+class ModelFlow(FlowBase):
+    """Uses of a model once it is wrapped in DistributedDataParallel."""
+
+    def model_uses(self, model: "ModelFact", wrap_point: Statement) -> Tuple[ModelUse, ...]:
+        """Attribute accesses on `model` made when it is already wrapped."""
+        uses: Dict[cst.CSTNode, ModelUse] = {}
+        for spelling, scope, after in self.wrapped_scopes(model, wrap_point):
+            for node in self.c.attributes:
+                if node in uses or code_of(node.value) != spelling or not self.a.is_inside(node, scope):
+                    continue
+                if after is not None and not self.a.comes_after(node, after):
+                    continue
+                uses[node] = ModelUse(node, model)
+        return tuple(uses.values())
+
+    def bare_unwraps(self, uses: Tuple[ModelUse, ...]) -> Tuple[Tuple[cst.Name, "ModelFact"], ...]:
+        """`raw = model._orig_mod if compiled else model`: the bare branch must unwrap too."""
+        found = []
+        for use in uses:
+            parent = self.a.parent(use.node)
+            if not isinstance(parent, cst.IfExp) or use.node not in (parent.body, parent.orelse):
+                continue
+            other = parent.orelse if parent.body is use.node else parent.body
+            if isinstance(other, cst.Name) and other.value == code_of(use.node.value):
+                found.append((other, use.model))
+        return tuple(found)
+
+    def reassignments(self, model: "ModelFact") -> Tuple[Statement, ...]:
+        """`model = torch.load(f)` after training: the name must stay a DDP wrapper from there on."""
+        if model.wrap_after is None:
+            return ()
+        owner = self.a.scope_of(model.wrap_after)
+        found = []
+        for target, statement in self.c.assignments:
+            if target != model.expr or self.a.scope_of(statement) is not owner:
+                continue
+            if statement is model.wrap_after or not self.a.comes_after(statement, model.wrap_after):
+                continue
+            value = getattr(statement.body[0], "value", None)
+            if isinstance(value, cst.Call) and self.c.resolve(value.func) in N.DDP:
+                continue
+            if _returns_itself(value, model.expr):
+                continue  # `model = model.train()`: nn.Module methods return the (wrapped) module itself
+            found.append(statement)
+        return tuple(found)
+
+    def wrapped_scopes(self, model: "ModelFact", wrap_point: Statement) -> List[Tuple[str, cst.CSTNode, Optional[Statement]]]:
+        """(spelling, scope where it is the wrapped model, statement it is wrapped after)."""
+        owner = self.a.scope_of(wrap_point)
+        if model.expr.startswith("self."):
+            cls = self.a.enclosing_class(wrap_point)
+            return [(model.expr, cls, wrap_point)] if cls is not None else []
+        scopes: List[Tuple[str, cst.CSTNode, Optional[Statement]]] = [(model.expr, owner, wrap_point)]
+        for call in self.calls_within(owner):
+            fn = self.callee(call)
+            if fn is None or fn is owner:
+                continue
+            param = self.param_for(fn, call, model.expr)
+            if param is not None and self.a.comes_after(call, wrap_point):
+                scopes.append((param, fn, None))
+        if owner is self.a.module:
+            # A flat script's global model, used by its helper functions (called after the wrap).
+            scopes += [(model.expr, fn, None) for fn in self.c.functions if model.expr not in self.c.bound.get(fn, ())]
+        return scopes
+
+
+# nn.Module methods that return the module they are called on.
+_RETURNS_SELF = frozenset(
+    {"train", "eval", "to", "cuda", "cpu", "float", "half", "double", "bfloat16", "apply", "requires_grad_", "zero_grad"}
+)
+
+
+def _returns_itself(value: Optional[cst.BaseExpression], expr: str) -> bool:
+    """`model.train()`, `model.to(device).float()`: a chain of self-returning calls on `expr`."""
+    node = value
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _RETURNS_SELF:
+        node = node.func.value
+    return node is not value and node is not None and code_of(node) == expr

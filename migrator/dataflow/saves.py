@@ -1,0 +1,166 @@
+"""Checkpoints and the code only rank 0 should run: saves, prints and logs, rank checks and barriers."""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from migrator import names as N
+from migrator.dataflow.core import FlowBase, LoaderFact, SaveSite, Statement, _iterated, code_of
+from migrator.tree import descendants
+
+
+class SaveFlow(FlowBase):
+    """Checkpoint writes, per-step prints, reads after a write, rank-divergent checks."""
+
+    def saves(self) -> Tuple[SaveSite, ...]:
+        sites = []
+        for call in self.a.calls(N.RESULT_WRITES):
+            if self.under_rank_check(call):
+                continue
+            fn = self.a.enclosing_function(call)
+            helper_calls = self.save_helper_calls(fn) if fn is not None else None
+            inner = self.save_statement(call)
+            if helper_calls:
+                guard = tuple(self.a.statement_of(c) for c in helper_calls if not self.under_rank_check(c))
+            else:
+                guard = (inner,)
+            statements = tuple(s for s in guard if s is not None)
+            shared = next((s for s in statements if self.runs_shared_code(s)), None)
+            sites.append(SaveSite(call, statements, shared, inner if helper_calls else None))
+        return tuple(sites)
+
+    def runs_shared_code(self, node: cst.CSTNode, depth: int = 0) -> bool:
+        """Does `node` run something every rank must run: the model's forward, a collective?
+
+        Such code must never sit behind a rank-0 guard: the other ranks would wait for it forever.
+        """
+        for call in descendants(node, cst.Call):
+            func = call.func
+            if code_of(func) in self.model_exprs or self.c.resolve(func) in N.COLLECTIVES:
+                return True
+            target = self.callee(call)  # type: ignore[arg-type]
+            if target is not None and depth < 3 and self.runs_shared_code(target.body, depth + 1):
+                return True
+        return False
+
+    def save_helper_calls(self, fn: cst.FunctionDef) -> Optional[List[cst.Call]]:
+        """Call sites of a checkpoint helper such as save_checkpoint(state, is_best).
+
+        Only a helper that does nothing every rank must do (no loops, no backward/step, no
+        collectives) is guarded at its call sites; anything else gets the guard inside.
+        """
+        if fn is self.entry_function or any(self.a.is_inside(loop, fn) for loop in self.c.loops) or self.trains(fn):
+            return None
+        if any(self.c.resolve(call.func) and self.c.resolve(call.func).startswith("torch.distributed.") for call in self.calls_within(fn)):  # type: ignore[union-attr]
+            return None
+        calls = [call for call in self.c.calls if self.callee(call) is fn]
+        statements = [self.a.statement_of(call) for call in calls]
+        if not calls or any(not isinstance(s, cst.SimpleStatementLine) for s in statements):
+            return None
+        return calls
+
+    def save_statement(self, call: cst.Call) -> Optional[Statement]:
+        """The statement to guard: the save itself, or the `with open(...)` that only serves it."""
+        statement = self.a.statement_of(call)
+        block = self.a.block_of(statement) if statement is not None else None
+        owner = self.a.parent(block) if block is not None else None
+        if isinstance(owner, cst.With) and len(owner.body.body) == 1:  # type: ignore[union-attr]
+            return owner
+        return statement
+
+    def under_rank_check(self, node: cst.CSTNode) -> bool:
+        return any(isinstance(anc, cst.If) and N.mentions_rank(anc.test) for anc in self.a.ancestors(node))
+
+    def print_statements(self, loaders: Tuple[LoaderFact, ...]) -> Tuple[Statement, ...]:
+        """Per-step / per-epoch prints and logs: inside epoch loops and loops over loaders."""
+        loops: Set[cst.CSTNode] = {loop for loop in self.c.loops if self.trains(loop)}
+        for loader in loaders:
+            loops.update(h.loop for h in loader.hooks)
+        for loop in self.c.loops:
+            if isinstance(loop, cst.For) and any(_iterated(loop) == (l.target or "") for l in loaders):
+                loops.add(loop)
+        found = []
+        for statement in self.c.log_statements:
+            if self.under_rank_check(statement) or self.runs_shared_code(statement):
+                continue
+            if any(self.a.is_inside(statement, loop) for loop in loops) or self.in_loader_function(statement, loaders):
+                found.append(statement)
+        return tuple(found)
+
+    def in_loader_function(self, statement: cst.CSTNode, loaders: Tuple[LoaderFact, ...]) -> bool:
+        """A print in train()/test(): a function that loops over a loader passed to it."""
+        fn = self.a.enclosing_function(statement)
+        if fn is None:
+            return False
+        return any(
+            isinstance(loop, cst.For) and self.a.is_inside(loop, fn) and self.is_loader_loop(loop, loaders)
+            for loop in self.c.loops
+        )
+
+    def is_loader_loop(self, loop: cst.For, loaders: Tuple[LoaderFact, ...]) -> bool:
+        """A loop over a loader handed to this function (a parameter, or self.x): train()/test()/validate()."""
+        iterated = _iterated(loop)
+        if iterated is None:
+            return False
+        fn = self.a.enclosing_function(loop)
+        params = {p.name.value for p in fn.params.params} if fn is not None else set()
+        return iterated in params or iterated.startswith("self.")
+
+    def reads_after_write(self, saves: Tuple[SaveSite, ...]) -> Tuple[Statement, ...]:
+        """Top-level statements that load a checkpoint this script wrote earlier in the same function.
+
+        Rank 0 alone writes it now, so every rank waits at a barrier before reading it back; only
+        at the top of a function body, where every rank is sure to arrive.
+        """
+        found = []
+        for call in self.loading_calls():
+            fn = self.a.enclosing_function(call) or self.a.module
+            block = fn.body if isinstance(fn, cst.FunctionDef) else fn
+            top = self.a.top_statement_in(call, block)
+            if top is None or top in found or self.a.holds_loop(top):
+                continue
+            if any(
+                self.a.enclosing_function(site.call) is self.a.enclosing_function(call) and self.a.comes_after(call, site.call)
+                for site in saves
+            ):
+                found.append(top)
+        return tuple(found)
+
+    def loading_calls(self) -> List[cst.Call]:
+        """torch.load calls, and calls of this file's functions that (transitively) torch.load."""
+        loads = list(self.a.calls(N.TORCH_LOAD))
+        loaders = {self.a.enclosing_function(call) for call in loads} - {None}
+        for _ in range(2):  # helpers of helpers
+            callers = [call for call in self.c.calls if self.callee(call) in loaders]
+            loads += [call for call in callers if call not in loads]
+            loaders |= {self.a.enclosing_function(call) for call in callers} - {None}
+        return loads
+
+    def rank_divergent(self) -> List[cst.If]:
+        """Rank checks around code every rank must run."""
+        paired = self.paired_barrier_checks()
+        return [
+            node for node in self.c.rank_checks
+            if node not in paired
+            and N.mentions_rank(node.test)
+            and self.runs_shared_code(node.body)
+            and not self.every_branch_runs_it(node)
+        ]
+
+    def every_branch_runs_it(self, node: cst.If) -> bool:
+        """`if rank == 0: f(log=True) else: f(log=False)`: every rank runs the shared code, one way or the other."""
+        orelse = node.orelse
+        if orelse is None:
+            return False
+        branch = orelse.body if isinstance(orelse, cst.Else) else orelse
+        return self.runs_shared_code(branch)
+
+    def paired_barrier_checks(self) -> Set[cst.If]:
+        """The "first process does it, the others wait" idiom: two rank checks around barriers, in one function."""
+        by_function: Dict[Optional[cst.CSTNode], List[cst.If]] = {}
+        for node in self.c.rank_checks:
+            calls = self.calls_within(node)
+            if calls and all(self.c.resolve(call.func) == "torch.distributed.barrier" for call in calls):
+                by_function.setdefault(self.a.enclosing_function(node), []).append(node)
+        return {node for nodes in by_function.values() if len(nodes) >= 2 for node in nodes}
