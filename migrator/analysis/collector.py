@@ -115,6 +115,10 @@ class _Collector(NameIndex):
                 )
                 for target in targets:
                     self.assignments.append((code_of(target), node))
+                    # `g_model, ema_model, d_model = build_model(cfg)`, `self.model, self.opt = m, o`:
+                    # each element is assigned here too.
+                    for element in _unpacked(target):
+                        self.assignments.append((code_of(element), node))
             elif (
                 isinstance(small, cst.Expr)
                 and isinstance(small.value, cst.Call)
@@ -122,6 +126,20 @@ class _Collector(NameIndex):
             ):
                 func = small.value.func
                 self.expr_calls.append((code_of(func.value), func.attr.value, node))
+
+
+def _unpacked(target: cst.CSTNode) -> List[cst.BaseExpression]:
+    """The names and attributes a tuple/list target assigns, nested ones included."""
+    if not isinstance(target, (cst.Tuple, cst.List)):
+        return []
+    found: List[cst.BaseExpression] = []
+    for element in target.elements:
+        value = element.value
+        if isinstance(value, (cst.Name, cst.Attribute)):
+            found.append(value)
+        else:
+            found += _unpacked(value)
+    return found
 
 
 def analyze(module: cst.Module) -> ScriptFacts:

@@ -190,6 +190,7 @@ class ScriptFacts:
     legacy_launch_imports: Tuple[cst.CSTNode, ...]  # import torch.distributed.launch
     model_uses: Tuple[ModelUse, ...]  # attributes of wrapped models (state_dict, custom methods)
     whole_model_saves: Tuple[Tuple[cst.Arg, ModelFact], ...]  # torch.save(model, f) after the wrap
+    returned_models: Tuple[Tuple[cst.Name, ModelFact], ...]  # `return ..., model` from the entry function
     bare_unwraps: Tuple[Tuple[cst.Name, ModelFact], ...]  # `model._orig_mod if c else model`: the bare `model`
     torch_loads: Tuple[Tuple[cst.Call, Optional[str]], ...]  # torch.load without map_location, device in reach
     dataparallel_imports: Tuple[Tuple[str, str, Optional[str]], ...]  # (module, name, asname) to drop if unused

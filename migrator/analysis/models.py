@@ -71,6 +71,17 @@ def trained_models(self, dp_sites, ddp_targets: Set[str]) -> Tuple[ModelFact, ..
             if expr in models or expr == "self":
                 continue  # `self`: a module building its own optimizer (configure_optimizers) is not training
             definition = self.model_definition(expr, call)
+            if definition is None and "." not in expr:
+                # `def define_optimizer(g_model, ...)`: the model is built by the one caller that passes it.
+                expr, definition = self.model_from_caller(expr, call)
+                if expr in models:
+                    continue
+            if definition is None and "." in expr:
+                # Parameter groups of submodules (`model.backbone.parameters()`, `net.linear1.parameters()`):
+                # the model is the object they belong to, built here.
+                expr, definition = self.owning_model(expr, call)
+                if expr in models:
+                    continue
             sites = [
                 s for s in dp_sites
                 if (s.target == expr or (s.target or "").startswith(expr + ".")) and self.same_scope(s.statement, definition)
@@ -171,6 +182,38 @@ def parameter_owners_nearby(self, optimizer_call: cst.Call) -> List[str]:
         if isinstance(loop, cst.For) and self.is_inside(loop, fn) and names & _referenced_names(loop.body):
             owners += [o for o in _parameter_owners_in(loop.iter) if o not in owners]
     return owners
+
+def model_from_caller(self, param: str, update: cst.Call) -> Tuple[str, Optional[cst.SimpleStatementLine]]:
+    """A parameter of the function that builds the optimizer, traced to the one call of that function
+    in this file and to the statement there that builds the model it passes."""
+    fn = self.enclosing_function(update)
+    if fn is None or param not in [p.name.value for p in fn.params.params]:
+        return param, None
+    callers = [c for c in self.c.calls if isinstance(c.func, cst.Name) and c.func.value == fn.name.value]
+    if len(callers) != 1 or self.enclosing_class(fn) is not None:
+        return param, None
+    call = callers[0]
+    params = [p.name.value for p in fn.params.params]
+    for index, arg in enumerate(call.args):
+        named = arg.keyword.value if arg.keyword is not None else (params[index] if arg.star == "" and index < len(params) else None)
+        if named == param and isinstance(arg.value, (cst.Name, cst.Attribute)):
+            passed = code_of(arg.value)
+            definition = self.model_definition(passed, call)
+            if definition is not None:
+                return passed, definition
+    return param, None
+
+def owning_model(self, expr: str, update: cst.Call) -> Tuple[str, Optional[cst.SimpleStatementLine]]:
+    """The shortest prefix of `model.backbone` (never bare `self`) that is assigned in the update's scope."""
+    parts = expr.split(".")
+    for end in range(1, len(parts)):
+        prefix = ".".join(parts[:end])
+        if prefix == "self":
+            continue
+        definition = self.model_definition(prefix, update)
+        if definition is not None:
+            return prefix, definition
+    return expr, None
 
 def parameter_owners(self, update: cst.Call) -> List[str]:
     """The models an update trains: an optimizer's parameter owners, or the receiver of a

@@ -191,6 +191,7 @@ class _Analysis:
             log_statements=flow.print_statements(loaders),
             model_uses=uses,
             bare_unwraps=flow.bare_unwraps(uses),
+            returned_models=tuple((name, m_) for m_ in wrapped for name in flow.returned_models(m_, m_.wrap_after)),
             whole_model_saves=tuple(self.whole_model_saves(flow, wrapped)),
             torch_loads=tuple(
                 (call, self.device_expr_at(call)) for call in self.calls(N.TORCH_LOAD) if not _has_map_location(call)
@@ -232,6 +233,8 @@ class _Analysis:
     parameter_owners_nearby = _models.parameter_owners_nearby
     model_definition = _models.model_definition
     parameter_owners = _models.parameter_owners
+    owning_model = _models.owning_model
+    model_from_caller = _models.model_from_caller
     models_passed = _models.models_passed
     used_as_module = _models.used_as_module
     last_preparation = _models.last_preparation

@@ -32,9 +32,10 @@ def code_of(node: cst.CSTNode) -> str:
 class EpochHook:
     """`<loader>.sampler.set_epoch(<epoch>)` (or `<sampler>.set_epoch`) goes first in `loop`."""
 
-    loop: cst.For
+    loop: cst.CSTNode  # a `for epoch ...` loop, or a `while` loop that counts its epochs
     loader_expr: str  # how the loader is spelled in the loop's scope
     epoch: str
+    after: Optional[cst.SimpleStatementLine] = None  # `cur_epochs += 1` in a while loop: set_epoch goes after it
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,31 @@ class FlowBase:
         func = call.func
         name = func.value if isinstance(func, cst.Name) else N.attribute_name(func)
         return bool(name) and N.is_training_function_name(name)  # type: ignore[arg-type]
+
+    def external_trainer(self, call: cst.Call, expr: str) -> bool:
+        """`Train(model, train_loader, optimizer, ...)` / `Trainer(...)` imported from the project: an
+        object built around the loader that trains when one of its methods runs."""
+        if not self.has_updates or not any(code_of(arg.value) == expr for arg in call.args):
+            return False
+        name = call.func.value if isinstance(call.func, cst.Name) else N.attribute_name(call.func) or ""
+        return name[:1].isupper() and ("Train" in name or "Solver" in name)
+
+    def trainer_runs(self, constructor: cst.Call) -> List[cst.Call]:
+        """The calls that run the trainer built by `constructor` inside an epoch loop
+        (`train = Train(...)`, then `for epoch ...: train.run_epoch(...)`)."""
+        statement = self.a.statement_of(constructor)
+        if not isinstance(statement, cst.SimpleStatementLine) or not isinstance(statement.body[0], cst.Assign):
+            return []
+        assign = statement.body[0]
+        if assign.value is not constructor or len(assign.targets) != 1:
+            return []
+        trainer = code_of(assign.targets[0].target)
+        scope = self.a.scope_of(statement)
+        return [
+            call for call in self.calls_within(scope if scope is not None else self.a.module)
+            if isinstance(call.func, cst.Attribute) and code_of(call.func.value) == trainer
+            and self.a.comes_after(call, statement)
+        ]
 
     def use_trains(self, use: cst.CSTNode) -> bool:
         """A loop over the loader trains; so does an `iter(loader)` in a function that trains, and

@@ -19,6 +19,9 @@ class EpochFlow(FlowBase):
         if enclosing is not None:
             # Spelled as the loop spells it: the epoch loop is in the same function.
             return [EpochHook(enclosing, _iterated(loop) or spelled, _loop_variable(enclosing))]
+        counted = self.counted_while_hook(loop, _iterated(loop) or spelled)
+        if counted is not None:
+            return [counted]
         fn = self.a.enclosing_function(loop)
         if fn is None:
             return []
@@ -36,6 +39,23 @@ class EpochFlow(FlowBase):
             if spelled_there is not None:
                 hooks.append(EpochHook(outer, spelled_there, _loop_variable(outer)))
         return hooks
+
+    def counted_while_hook(self, node: cst.CSTNode, spelled: str) -> Optional[EpochHook]:
+        """`while True: cur_epochs += 1; for batch in loader: ...` (DeepLab-style iteration loops):
+        the counter the loop keeps is its epoch, and set_epoch goes right after it is advanced."""
+        fn = self.a.enclosing_function(node)
+        for anc in self.a.ancestors(node):
+            if anc is fn or isinstance(anc, cst.For):
+                return None
+            if isinstance(anc, cst.While) and isinstance(anc.body, cst.IndentedBlock):
+                for statement in anc.body.body:
+                    if any(anc2 is statement for anc2 in self.a.ancestors(node)):
+                        break  # counters after the loop over the loader come too late
+                    counter = _counter_increment(statement)
+                    if counter is not None:
+                        return EpochHook(anc, spelled, counter, after=statement)  # type: ignore[arg-type]
+                return None
+        return None
 
     def enclosing_epoch_loop(self, node: cst.CSTNode) -> Optional[cst.For]:
         fn = self.a.enclosing_function(node)
@@ -66,6 +86,22 @@ class EpochFlow(FlowBase):
                 if any(isinstance(anc, (cst.For, cst.While)) for anc in self.a.ancestors(condition)):
                     found.append(condition)
         return found
+
+
+def _counter_increment(statement: cst.CSTNode) -> Optional[str]:
+    """`cur_epochs += 1` (a name whose spelling says it counts epochs) -> "cur_epochs"."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if (
+        isinstance(small, cst.AugAssign)
+        and isinstance(small.operator, cst.AddAssign)
+        and isinstance(small.target, cst.Name)
+        and isinstance(small.value, cst.Integer)
+        and "epoch" in small.target.value.lower()
+    ):
+        return small.target.value
+    return None
 
 
 def _is_range_like(loop: cst.For) -> bool:

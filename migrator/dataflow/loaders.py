@@ -107,6 +107,8 @@ class LoaderFlow(EpochFlow):
                     found += [(loop, expr) for loop, _ in self.uses(param, fn, depth + 1)]
                 elif fn is None and self.external_training_call(call, expr):
                     found.append((call, expr))  # type: ignore[arg-type]
+                elif fn is None and self.external_trainer(call, expr):
+                    found += [(run, expr) for run in self.trainer_runs(call)]  # type: ignore[misc]
         # `self.loader = loader` in a constructor or method: the loader lives on the instance.
         if "." not in expr and isinstance(owner, cst.FunctionDef) and depth < 3:
             for attribute in self.stored_on_self(expr, owner):

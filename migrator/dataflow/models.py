@@ -7,6 +7,7 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.dataflow.core import FlowBase, ModelUse, Statement, code_of
+from migrator.tree import descendants
 
 if TYPE_CHECKING:  # pragma: no cover
     from migrator.analysis import ModelFact
@@ -38,6 +39,21 @@ class ModelFlow(FlowBase):
             if isinstance(other, cst.Name) and other.value == code_of(use.node.value):
                 found.append((other, use.model))
         return tuple(found)
+
+    def returned_models(self, model: "ModelFact", wrap_point: Statement) -> List[cst.Name]:
+        """`return losses, model` at the end of the entry function: the caller gets the model back after
+        the process group is gone, and uses it as a plain module (`torch.save(model.state_dict())`)."""
+        fn = self.entry_function
+        if fn is None or self.a.scope_of(wrap_point) is not fn or "." in model.expr:
+            return []
+        found = []
+        for ret in descendants(fn, cst.Return):
+            if self.a.enclosing_function(ret) is not fn or not self.a.comes_after(ret, wrap_point):
+                continue
+            value = ret.value
+            elements = [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
+            found += [e for e in elements if isinstance(e, cst.Name) and e.value == model.expr]
+        return found
 
     def reassignments(self, model: "ModelFact") -> Tuple[Statement, ...]:
         """`model = torch.load(f)` after training: the name must stay a DDP wrapper from there on."""

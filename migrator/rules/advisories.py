@@ -732,7 +732,7 @@ def main():
     for epoch in range(2):
         model(torch.randn(8, 4)).sum().backward()
         optimizer.step()
-    return model
+    return model.module
 
 
 if __name__ == "__main__":

@@ -130,6 +130,19 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
             _decline(facts, plan, loader)
         elif shards(loader):
             _shard(facts, plan, loader)
+    if not any(loader.training for loader in facts.loaders):
+        # The model trains, yet no loader could be followed to the training loop (it went through
+        # nested returns or into another module): a shuffled one is almost surely the training
+        # data. Said, not guessed: each rank would otherwise read the whole data set unnoticed.
+        for loader in facts.loaders:
+            if loader.problem is None and loader.shuffle is not None and _shuffles(loader.shuffle):
+                line, col = facts.line_col(loader.call)
+                message = f"{loader.target or 'loader'}: shuffled, but its path to the training loop could not be followed; {UNTRACED_LOADER.summary}"
+                plan.diagnostics.append(Diagnostic(UNTRACED_LOADER.code, line, col, message))
+
+
+def _shuffles(shuffle: cst.Arg) -> bool:
+    return not (isinstance(shuffle.value, cst.Name) and shuffle.value.value == "False")
 
 
 def _decline(facts: ScriptFacts, plan: Plan, loader: LoaderFact) -> None:

@@ -115,8 +115,11 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
                 sampler = f"{hook.loader_expr}.sampler"
             if not isinstance(hook.loop.body, cst.IndentedBlock):
                 continue  # `for epoch in range(n): train(epoch)` on one line: rare, left alone
-            first = hook.loop.body.body[0]
-            plan.insert_before(first, _build.statements(facts, f"{sampler}.set_epoch({hook.epoch})\n"))
+            statement = _build.statements(facts, f"{sampler}.set_epoch({hook.epoch})\n")
+            if hook.after is not None:
+                plan.insert_after(hook.after, statement)  # a while loop's epoch counter was just advanced
+            else:
+                plan.insert_before(hook.loop.body.body[0], statement)
             line, col = facts.line_col(hook.loop)
             plan.changes.append(Change(RULE.code, line, col, f"{sampler}.set_epoch({hook.epoch}) at the start of each epoch"))
 

@@ -31,7 +31,7 @@ RULE = Rule(
     summary="this file trains, but ddp-migrate found nothing it could migrate safely; the message says why",
     what="""
 The file shows training, a `backward()` pass, an optimizer `step()`, a hand-written update
-(`p.data.add_(p.grad, ...)`) or, in a script, a training call such as `trainer.train()` or
+(`p.data.add_(p.grad, ...)`), DataParallel beside `torch.optim`, or, in a script, a training call such as `trainer.train()` or
 `agent.learn(batch)`, yet no rule rewrote or reported anything. The finding names the line and
 the reason: the model or its optimizer is built in another module (named when it is imported),
 the optimizer's parameters cannot be traced to a model, or the training runs in a library module
@@ -144,12 +144,15 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
 def _first_training_signal(module: cst.Module) -> Optional[Signal]:
     """The first training sign in source order; a training call counts only in a runnable script."""
     script = _is_script(module)
+    optimizes = any(code_of(attr) == "torch.optim" for attr in descendants(module, cst.Attribute))
     for node in descendants(module, (cst.Call, cst.For)):
         if isinstance(node, cst.For):
             if manual_update_parameters(node) is not None:
                 return Signal("a hand-written parameter update", node)
             continue
         method = attribute_name(node.func)
+        if optimizes and (method or getattr(node.func, "value", "")) == "DataParallel":
+            return Signal("a DataParallel model trained with torch.optim", node)
         if method == "backward":
             return Signal(f"a backward pass (`{code_of(node)}`)", node)
         if method == "step" and _looks_like_optimizer(node.func.value):  # type: ignore[attr-defined]

@@ -188,6 +188,13 @@ def plan_checkpoint_keys(facts: ScriptFacts, plan: Plan) -> None:
             plan.replace(name, lambda n: cst.Attribute(value=n, attr=cst.Name("module")))
             line, col = facts.line_col(name)
             plan.changes.append(Change(CHECKPOINT_KEYS.code, line, col, f"{name.value} unwrapped like its other branch"))
+    for name, model in facts.returned_models:
+        if _keys_change(model):
+            # Returned once training is over (the process group is destroyed on the way out): the caller
+            # saves or evaluates it as the plain module it was before the migration.
+            plan.replace(name, lambda n: cst.Attribute(value=n, attr=cst.Name("module")))
+            line, col = facts.line_col(name)
+            plan.changes.append(Change(CHECKPOINT_KEYS.code, line, col, f"{name.value} returned unwrapped (.module) to the caller"))
     for arg, model in facts.whole_model_saves:
         if _keys_change(model):
             plan.replace(arg, lambda a: a.with_changes(value=cst.Attribute(value=a.value, attr=cst.Name("module"))))
