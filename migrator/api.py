@@ -6,17 +6,18 @@ applies them -> imports added/removed once -> the output is parsed again before 
 from __future__ import annotations
 
 import ast
-from typing import Optional
+from typing import List, Optional, Tuple
 
 import libcst as cst
 
 from migrator import edits, suppress
 from migrator.analysis import analyze
 from migrator.errors import IntroducedSyntaxError, SourceParseError
+from migrator.legacy_syntax import RULE as ASYNC_KEYWORD, rename_async_keywords
 from migrator.options import Options
 from migrator.relevance import python_may_need_migration
 from migrator.rules import FIXERS, REPORTERS
-from migrator.types import Result
+from migrator.types import Change, Result
 
 
 def migrate(source: str, options: Optional[Options] = None) -> Result:
@@ -53,7 +54,7 @@ def _check(source: str, options: Options) -> Result:
 def _migrate(source: str, options: Options, rewrite: bool = True) -> Result:
     if not python_may_need_migration(source):
         return Result(code=source, original=source)
-    module = parse(source)
+    module, parsed, renamed = _parse_renaming_async(source, options)
     facts = analyze(module)
     plan = edits.Plan()
     for rule, planner in FIXERS:
@@ -63,15 +64,35 @@ def _migrate(source: str, options: Options, rewrite: bool = True) -> Result:
         reporter(facts, plan)  # what it reports is filtered by code below, like every diagnostic
     diagnostics = tuple(d for d in plan.diagnostics if options.enabled(d.code))
     launch_args = facts.required_arguments if facts.trains or facts.has_init_process_group else None
-    if plan.empty:
+    plan.changes += [Change(ASYNC_KEYWORD.code, line, col + 1, "async= renamed non_blocking= (PyTorch 0.4)") for line, col in renamed]
+    if plan.empty and not renamed:
         return Result(code=source, diagnostics=diagnostics, original=source, launch_args=launch_args)
     changes = tuple(sorted(plan.changes, key=lambda c: (c.line, c.col)))
     if not rewrite:
         return Result(source, changes, diagnostics, original=source, launch_args=launch_args, pending=True)
-    new = _with_imports(edits.apply(module, plan, facts.parents), plan)
+    if plan.empty:
+        return Result(code=parsed, changes=changes, diagnostics=diagnostics, original=source, launch_args=launch_args)
+    new = _with_imports(edits.apply(module, plan, facts.parents, continuations="\\\n" in source or "\\\r\n" in source), plan)
     code = new.code
     _check_parses(code)
     return Result(code=code, changes=changes, diagnostics=diagnostics, original=source, launch_args=launch_args)
+
+
+def _parse_renaming_async(source: str, options: Options) -> Tuple[cst.Module, str, List[Tuple[int, int]]]:
+    """Parse `source`; a file that fails only because of PyTorch 0.3's `async=` keyword (DDP017) is
+    parsed with that keyword renamed. Returns the module, the text it was parsed from, and where
+    the renames were. Any other syntax error is raised as it is."""
+    try:
+        return parse(source), source, []
+    except SourceParseError:
+        renamed_source, renamed = rename_async_keywords(source)
+        if not renamed or not options.enabled(ASYNC_KEYWORD.code, ASYNC_KEYWORD.name):
+            raise
+        try:
+            return parse(renamed_source), renamed_source, renamed
+        except SourceParseError:
+            pass
+        raise
 
 
 def parse(source: str) -> cst.Module:

@@ -48,6 +48,7 @@ class NameIndex(Visitor):
         self.bound: Dict[ScopeOwner, Set[str]] = {module: set()}
         self.params: Dict[ScopeOwner, Set[str]] = {}
         self.imported: Dict[ScopeOwner, Dict[str, str]] = {module: {}}
+        self.star_imports = False  # `from x import *` somewhere: names may come from it
         self.order: Dict[cst.CSTNode, int] = {}  # source order: when the traversal reached a node
         self.ends: Dict[cst.CSTNode, int] = {}  # ... and when it left it (after all its children)
         self._counter = 0
@@ -125,6 +126,8 @@ class NameIndex(Visitor):
             self.bound[self.module].add(local)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if isinstance(node.names, cst.ImportStar):
+            self.star_imports = True
         if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
             return
         module = dotted_name(node.module) or ""
@@ -152,6 +155,10 @@ class NameIndex(Visitor):
         if owner is not self.module and head in self.bound.get(owner, ()):
             return None  # a local variable shadows the module's import
         qualified = self.imported[self.module].get(head)
+        if qualified is None and head == "torch" and self.star_imports and "torch" not in self.bound.get(self.module, ()):
+            # `from utils import *` handing over `torch` (tutorial repositories do this): an unbound
+            # `torch` in a file that star-imports can only be the torch module.
+            qualified = "torch"
         if qualified is None:
             return None
         return f"{qualified}.{rest}" if rest else qualified

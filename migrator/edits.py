@@ -7,6 +7,7 @@ compose without seeing each other's intermediate trees.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
@@ -58,9 +59,10 @@ class Plan:
 
 
 class _Applier(cst.CSTTransformer):
-    def __init__(self, plan: Plan, parents: Optional[Mapping[cst.CSTNode, cst.CSTNode]] = None) -> None:
+    def __init__(self, plan: Plan, parents: Optional[Mapping[cst.CSTNode, cst.CSTNode]] = None, indent: Optional[str] = None) -> None:
         super().__init__()
         self.plan = plan
+        self.indent = indent  # one level, as the file indents: moved backslash continuations shift by it
         self.paths = _paths_to_edits(plan, parents) if parents is not None else None
         self.produced: Dict[cst.CSTNode, cst.CSTNode] = {}  # original statement -> updated statement
         self.wrap_firsts: Set[cst.CSTNode] = {first for first, _ in plan.wrap_tail.values()}
@@ -108,14 +110,14 @@ class _Applier(cst.CSTTransformer):
             while index < len(body) and self.guarded.get(body[index]) == condition and not _has_comment(body[index]):
                 run.append(body[index])
                 index += 1
-            merged.append(_if_block(condition, run))
+            merged.append(_if_block(condition, [_shift_continuations(s, self.indent) for s in run]))
         return block.with_changes(body=merged)
 
     def _wrap_tail(self, original: cst.CSTNode, updated):
         first, final = self.plan.wrap_tail[original]
         body = list(updated.body)
         start = next(i for i, s in enumerate(body) if s is self.produced[first])
-        tail = [_unindent_blank_lines(s) for s in body[start:]]
+        tail = [_shift_continuations(_unindent_blank_lines(s), self.indent) for s in body[start:]]
         # A comment above the first wrapped statement stays above the `try:`.
         leading = tail[0].leading_lines
         tail[0] = tail[0].with_changes(leading_lines=())
@@ -133,6 +135,32 @@ def _unindent_blank_lines(statement):
         line.with_changes(indent=False) if line.comment is None else line for line in statement.leading_lines
     ]
     return statement.with_changes(leading_lines=lines)
+
+
+class _ContinuationShifter(cst.CSTTransformer):
+    """Backslash continuation lines keep their place relative to the statement moved one level in.
+
+    libcst re-indents lines inside brackets itself; a `\\` line break is plain whitespace to it.
+    """
+
+    def __init__(self, indent: str) -> None:
+        super().__init__()
+        self.indent = indent
+
+    def leave_SimpleWhitespace(self, original, updated):
+        if "\\" not in updated.value:
+            return updated
+        # A whitespace token's text, not Python source: `\` line breaks (LF or CRLF) get one more level.
+        return updated.with_changes(value=_CONTINUATION.sub(lambda m: m.group(0) + self.indent, updated.value))
+
+
+_CONTINUATION = re.compile(r"\\\r?\n")
+
+
+def _shift_continuations(statement, indent: Optional[str]):
+    if indent is None or not isinstance(statement, cst.CSTNode):
+        return statement
+    return statement.visit(_ContinuationShifter(indent))
 
 
 def _has_comment(statement) -> bool:
@@ -160,6 +188,16 @@ def _paths_to_edits(plan: Plan, parents: Mapping[cst.CSTNode, cst.CSTNode]) -> S
     return paths
 
 
-def apply(module: cst.Module, plan: Plan, parents: Optional[Mapping[cst.CSTNode, cst.CSTNode]] = None) -> cst.Module:
-    """Carry out the plan; with the parent map, only the paths down to the edits are visited."""
-    return module.visit(_Applier(plan, parents))  # type: ignore[return-value]
+def apply(
+    module: cst.Module,
+    plan: Plan,
+    parents: Optional[Mapping[cst.CSTNode, cst.CSTNode]] = None,
+    continuations: bool = True,
+) -> cst.Module:
+    """Carry out the plan; with the parent map, only the paths down to the edits are visited.
+
+    `continuations`: the source has backslash line breaks, which statements moved into a new block
+    must shift (a walk over each moved statement; skipped when the source has none).
+    """
+    indent = module.default_indent if continuations else None
+    return module.visit(_Applier(plan, parents, indent))  # type: ignore[return-value]

@@ -4,9 +4,14 @@ A scenario folder holds:
   input.py       the script as users write it
   expected.py    what ddp-migrate must make of it (absent: the file must stay byte-identical)
   fixture.toml   optional: description, runtime (bool), args (list), error ("parse"), diagnostics (codes),
+                 legacy_syntax (bool: input.py is not Python 3 until the tool repairs it, e.g. `async=`),
                  original_runs_on_cpu (bool, default true: input.py runs as one plain CPU process,
                  so the runtime test compares the keys it saves with the migrated script's),
                  runtime_skip (table: runtime check name -> why it cannot hold for this scenario)
+  support/       optional: modules the script imports (`from function import train`); the runtime
+                 tests copy every file under it next to the script, for the migrated run and for the
+                 original's. They are run as they are: ddp-migrate does not migrate them (only
+                 input.py is under test), so they must hold nothing that needs a DDP change.
 Adding a folder adds tests; nothing here lists scenarios by name.
 """
 from __future__ import annotations
@@ -44,8 +49,19 @@ class FixtureCase:
         return self.expected_path if self.expected_path.exists() else None
 
     @property
+    def support_dir(self) -> Optional[Path]:
+        """support/: files copied next to the script for the runtime runs (None: the folder has none)."""
+        folder = self.folder / "support"
+        return folder if folder.is_dir() else None
+
+    @property
     def expects_parse_error(self) -> bool:
         return self.config.get("error") == "parse"
+
+    @property
+    def input_parses(self) -> bool:
+        """Is input.py Python 3 as it stands (not a parse-error scenario, not legacy syntax the tool repairs)?"""
+        return not self.expects_parse_error and not self.config.get("legacy_syntax", False)
 
     @property
     def migrated_script(self) -> Path:

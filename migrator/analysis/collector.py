@@ -9,6 +9,7 @@ from migrator import names as N
 from migrator.bindings import NameIndex
 from migrator.analysis.facts import ScriptFacts
 from migrator.analysis.helpers import code_of
+from migrator.tree import descendants
 from migrator.analysis.passes import _Analysis
 
 
@@ -24,6 +25,7 @@ class _Collector(NameIndex):
         self.calls_by_qname: Dict[str, List[cst.Call]] = {}
         self.optimizer_calls: List[Tuple[cst.Call, str]] = []
         self.manual_updates: List[cst.Call] = []  # `model.parameters()` of a hand-written SGD loop
+        self._statement_of_call: Dict[cst.Call, List[cst.BaseAssignTargetExpression]] = {}  # value call -> targets
         self.optimizer_helpers: List[cst.Call] = []  # `get_optimizer(cfg, model)`: built by the project's code
         self.cuda_calls: List[cst.Call] = []
         self.device_strings: List[cst.SimpleString] = []
@@ -54,12 +56,24 @@ class _Collector(NameIndex):
                 self.calls_by_qname.setdefault(qualified, []).append(node)
                 if N.is_optimizer(qualified):
                     self.optimizer_calls.append((node, qualified))
-            if not (qualified or "").startswith("torch.") and N.is_optimizer_helper(node.func):
+            if not (qualified or "").startswith("torch.") and (
+                N.is_optimizer_helper(node.func) or self._builds_optimizer_from_parameters(node)
+            ):
                 self.optimizer_helpers.append(node)
             func = node.func
             if isinstance(func, cst.Attribute) and func.attr.value == "cuda" and self.resolve(func.value) != "torch":
                 self.cuda_calls.append(node)
         self.manual_updates = [call for call in map(N.manual_update_parameters, self.loops) if call is not None]
+
+    def _builds_optimizer_from_parameters(self, call: cst.Call) -> bool:
+        """`optimizer = optimizer_cls(model.parameters(), **params)`, `args.optimizer_class([...])`: an
+        optimizer class chosen at run time, recognised by what it is given and what it is called."""
+        statement = self._statement_of_call.get(call)
+        if statement is None or not call.args or N.is_optimizer_helper(call.func):
+            return False
+        if not any(N.attribute_name(c.func) in ("parameters", "named_parameters") for c in descendants(call.args[0].value, cst.Call)):
+            return False
+        return any("optim" in code_of(target).lower() for target in statement)
 
     def visit_For(self, node: cst.For) -> None:
         super().visit_For(node)
@@ -119,6 +133,8 @@ class _Collector(NameIndex):
                     # each element is assigned here too.
                     for element in _unpacked(target):
                         self.assignments.append((code_of(element), node))
+                if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call):
+                    self._statement_of_call[small.value] = [t.target for t in small.targets]
             elif (
                 isinstance(small, cst.Expr)
                 and isinstance(small.value, cst.Call)

@@ -61,6 +61,8 @@ class ModelFact:
     # model after the branches.
     stripped: Tuple[DataParallelSite, ...] = ()
     rebound: Tuple[Statement, ...] = ()  # later `model = ...` (a reloaded model): wrapped again there
+    # `if args.cuda: model.cuda()`: the model is on a GPU only when this holds (DDP's device_ids follow it)
+    cuda_condition: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,7 @@ class ScriptFacts:
     legacy_launch_imports: Tuple[cst.CSTNode, ...]  # import torch.distributed.launch
     model_uses: Tuple[ModelUse, ...]  # attributes of wrapped models (state_dict, custom methods)
     whole_model_saves: Tuple[Tuple[cst.Arg, ModelFact], ...]  # torch.save(model, f) after the wrap
+    directory_creations: Tuple[Tuple[cst.Call, str], ...]  # os.makedirs(d) / os.mkdir(d) without exist_ok; how `os` is spelled
     returned_models: Tuple[Tuple[cst.Name, ModelFact], ...]  # `return ..., model` from the entry function
     bare_unwraps: Tuple[Tuple[cst.Name, ModelFact], ...]  # `model._orig_mod if c else model`: the bare `model`
     torch_loads: Tuple[Tuple[cst.Call, Optional[str]], ...]  # torch.load without map_location, device in reach

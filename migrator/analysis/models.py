@@ -102,6 +102,7 @@ def trained_models(self, dp_sites, ddp_targets: Set[str]) -> Tuple[ModelFact, ..
                 already_ddp=expr in ddp_targets,
                 scope=self.scope_of(definition) if definition is not None else None,
                 device_expr=self.device_expr_at(definition, typed=True) if definition is not None else None,
+                cuda_condition=self.cuda_condition(expr, anchor, wrap_after) if anchor is not None else None,
             )
     return tuple(models.values())
 
@@ -190,18 +191,60 @@ def model_from_caller(self, param: str, update: cst.Call) -> Tuple[str, Optional
     if fn is None or param not in [p.name.value for p in fn.params.params]:
         return param, None
     callers = [c for c in self.c.calls if isinstance(c.func, cst.Name) and c.func.value == fn.name.value]
-    if len(callers) != 1 or self.enclosing_class(fn) is not None:
+    if not callers or self.enclosing_class(fn) is not None:
         return param, None
-    call = callers[0]
     params = [p.name.value for p in fn.params.params]
-    for index, arg in enumerate(call.args):
-        named = arg.keyword.value if arg.keyword is not None else (params[index] if arg.star == "" and index < len(params) else None)
-        if named == param and isinstance(arg.value, (cst.Name, cst.Attribute)):
-            passed = code_of(arg.value)
-            definition = self.model_definition(passed, call)
-            if definition is not None:
-                return passed, definition
+    found = set()
+    for call in callers:
+        passed = next(
+            (
+                code_of(arg.value)
+                for index, arg in enumerate(call.args)
+                if isinstance(arg.value, (cst.Name, cst.Attribute))
+                and (arg.keyword.value if arg.keyword is not None else (params[index] if arg.star == "" and index < len(params) else None)) == param
+            ),
+            None,
+        )
+        definition = self.model_definition(passed, call) if passed is not None else None
+        found.add((passed, definition))
+    # Every call (`main("warmup", model)`, then `main(run, model)` in a loop) must pass the same model.
+    if len(found) == 1:
+        passed, definition = found.pop()
+        if passed is not None and definition is not None:
+            return passed, definition
     return param, None
+
+def cuda_condition(self, expr: str, anchor: Statement, wrap_after: Statement) -> Optional[str]:
+    """The test guarding the model's `.cuda()` move (`if args.cuda: net.cuda()`), when that is how it
+    reaches a GPU: on a GPU machine run without the flag it stays on the CPU, where DDP needs
+    `device_ids=None`. None when the move is unconditional, in an else branch, or tests CUDA
+    availability itself (the default already does)."""
+    block = self.block_of(anchor)
+    body = list(block.body) if block is not None else []  # type: ignore[union-attr]
+    if anchor not in body or wrap_after not in body:
+        return None
+    region = body[body.index(anchor) : body.index(wrap_after) + 1]
+    moves = [s for r, meth, s in self.c.expr_calls if r == expr and meth == "cuda"]
+    moves += [s for t, s in self.c.assignments if t == expr and _calls_cuda(s)]
+    for statement in moves:
+        if not any(statement is top or self.is_inside(statement, top) for top in region):
+            continue
+        guard = next((a for a in self.ancestors(statement) if isinstance(a, cst.If)), None)
+        if guard is None or not any(guard is top or self.is_inside(guard, top) for top in region):
+            return None
+        if not self.is_inside(statement, guard.body) or _is_cuda_available_call(guard.test):
+            return None
+        return code_of(guard.test)
+    return None
+
+
+def _calls_cuda(statement: cst.CSTNode) -> bool:
+    return any(attribute_name(call.func) == "cuda" for call in descendants(statement, cst.Call))
+
+
+def _is_cuda_available_call(test: cst.BaseExpression) -> bool:
+    return isinstance(test, cst.Call) and code_of(test.func).endswith("cuda.is_available")
+
 
 def owning_model(self, expr: str, update: cst.Call) -> Tuple[str, Optional[cst.SimpleStatementLine]]:
     """The shortest prefix of `model.backbone` (never bare `self`) that is assigned in the update's scope."""

@@ -191,12 +191,27 @@ class _Analysis:
             log_statements=flow.print_statements(loaders),
             model_uses=uses,
             bare_unwraps=flow.bare_unwraps(uses),
+            directory_creations=self.directory_creations(),
             returned_models=tuple((name, m_) for m_ in wrapped for name in flow.returned_models(m_, m_.wrap_after)),
             whole_model_saves=tuple(self.whole_model_saves(flow, wrapped)),
             torch_loads=tuple(
                 (call, self.device_expr_at(call)) for call in self.calls(N.TORCH_LOAD) if not _has_map_location(call)
             ),
         )
+
+    def directory_creations(self) -> Tuple[Tuple[cst.Call, str], ...]:
+        """`os.makedirs(d)` and `os.mkdir(d)` that would raise when the directory exists."""
+        found = []
+        for call in self.calls(frozenset({"os.makedirs", "os.mkdir"})):
+            keywords = {arg.keyword.value for arg in call.args if arg.keyword is not None}
+            positional = [arg for arg in call.args if arg.keyword is None]
+            if "exist_ok" in keywords or any(arg.star for arg in call.args):
+                continue
+            if N.attribute_name(call.func) == "makedirs" and len(positional) > 2:
+                continue  # makedirs(d, mode, exist_ok) positionally
+            spelled = code_of(call.func.value) if isinstance(call.func, cst.Attribute) else "os"
+            found.append((call, spelled))
+        return tuple(found)
 
     def whole_model_saves(self, flow: Flow, wrapped) -> List[Tuple[cst.Arg, ModelFact]]:
         found = []
@@ -234,6 +249,7 @@ class _Analysis:
     model_definition = _models.model_definition
     parameter_owners = _models.parameter_owners
     owning_model = _models.owning_model
+    cuda_condition = _models.cuda_condition
     model_from_caller = _models.model_from_caller
     models_passed = _models.models_passed
     used_as_module = _models.used_as_module

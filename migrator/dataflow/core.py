@@ -52,6 +52,9 @@ class LoaderFact:
     problem: Optional[str]  # why it is declined: "sampler", "iterable", "untraced", or None
     no_epoch_loop: Optional[cst.CSTNode] = None  # the loop that iterates it without an epoch loop around
     distributed_sampler: bool = False  # already reads a DistributedSampler
+    # `for step in range(iters_per_epoch): batch = next(data_iter)`: counts computed from the whole data
+    # set would read past this rank's shard; each range(...) argument becomes min(n, len(loader)).
+    step_bounds: Tuple[Tuple[cst.Arg, str], ...] = ()  # (the range argument, the loader as spelled there)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.bindings import ScopeOwner, dotted_name
-from migrator.dataflow.core import EpochHook, LoaderFact, code_of
+from migrator.dataflow.core import EpochHook, LoaderFact, _iterated, code_of
 from migrator.dataflow.epochs import EpochFlow
 from migrator.tree import descendants
 
@@ -50,7 +50,33 @@ class LoaderFlow(EpochFlow):
                     no_epoch = loop
                 hooks.extend(h for h in found if h.loop not in {k.loop for k in hooks})
         distributed = self.has_distributed_sampler(call)
-        return LoaderFact(call, statement, owner, target, dataset, shuffle, kwargs, training, tuple(hooks), problem, no_epoch, distributed)  # type: ignore[arg-type]
+        bounds = tuple(b for use, spelled in loops if training for b in self.step_bounds(use, spelled))
+        return LoaderFact(call, statement, owner, target, dataset, shuffle, kwargs, training, tuple(hooks), problem, no_epoch, distributed, bounds)  # type: ignore[arg-type]
+
+    def step_bounds(self, use: cst.CSTNode, spelled: str) -> List[Tuple[cst.Arg, str]]:
+        """`data_iter = iter(loader)` then `for step in range(n): data = next(data_iter)`: the `n`s
+        that do not already come from the loader's own length."""
+        if not (isinstance(use, cst.Call) and N.is_name(use.func, "iter")):
+            return []
+        statement = self.a.statement_of(use)
+        iterator = _assigned_name(statement, use)
+        fn = self.a.enclosing_function(use) or self.a.module
+        if iterator is None:
+            return []
+        found = []
+        for loop in self.c.loops:
+            if not isinstance(loop, cst.For) or not self.a.is_inside(loop, fn) or not isinstance(loop.iter, cst.Call):
+                continue
+            if not N.is_name(loop.iter.func, "range") or len(loop.iter.args) != 1:
+                continue
+            reads = any(
+                N.is_name(c.func, "next") and c.args and code_of(c.args[0].value) == iterator
+                for c in descendants(loop.body, cst.Call)
+            )
+            bound = loop.iter.args[0]
+            if reads and "len(" not in code_of(bound.value):
+                found.append((bound, _iterated(use) or spelled))
+        return found
 
     def has_distributed_sampler(self, call: cst.Call) -> bool:
         sampler = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "sampler"), None)

@@ -105,7 +105,12 @@ class SaveFlow(FlowBase):
             return False
         fn = self.a.enclosing_function(loop)
         params = {p.name.value for p in fn.params.params} if fn is not None else set()
-        return iterated in params or iterated.startswith("self.")
+        if iterated in params or iterated.startswith("self."):
+            return True
+        # A flat script's module-level loader, iterated by its train()/test() helpers as a global.
+        return any(
+            loader.target == iterated and loader.owner is self.a.module for loader in loaders
+        ) and (fn is None or iterated not in self.c.bound.get(fn, ()))
 
     def reads_after_write(self, saves: Tuple[SaveSite, ...]) -> Tuple[Statement, ...]:
         """Top-level statements that load a checkpoint this script wrote earlier in the same function.

@@ -10,11 +10,13 @@ from typing import Callable, Dict, Tuple
 from migrator.analysis import ScriptFacts
 from migrator.edits import Plan
 from migrator.launcher import LAUNCHER_RULES
+from migrator.legacy_syntax import RULE as ASYNC_KEYWORD
 from migrator.rule import Rule
 from migrator.rules import (
     advisories,
     caveats,
     device,
+    directories,
     launch_calls,
     local_rank,
     process_group,
@@ -41,6 +43,7 @@ FIXERS: Tuple[Tuple[Rule, Planner], ...] = (
     (rank_zero.LOGGING, rank_zero.plan_logging),
     (unwrap_module.CHECKPOINT_KEYS, unwrap_module.plan_checkpoint_keys),
     (unwrap_module.MODULE_API, unwrap_module.plan_module_api),
+    (directories.RULE, directories.plan),
     (local_rank.RULE, local_rank.plan),
     (launch_calls.RULE, launch_calls.plan),
 )
@@ -54,6 +57,6 @@ REPORTERS: Tuple[Tuple[Tuple[Rule, ...], Planner], ...] = (
 
 # Launcher files (shell, Make, YAML, Dockerfile, Markdown) share the codes and the registry.
 RULES: Tuple[Rule, ...] = (
-    tuple(rule for rule, _ in FIXERS) + advisories.RULES + (unmigrated.RULE,) + caveats.RULES + LAUNCHER_RULES
+    tuple(rule for rule, _ in FIXERS) + (ASYNC_KEYWORD,) + advisories.RULES + (unmigrated.RULE,) + caveats.RULES + LAUNCHER_RULES
 )
 RULES_BY_CODE: Dict[str, Rule] = {rule.code: rule for rule in RULES}

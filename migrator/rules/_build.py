@@ -30,15 +30,21 @@ def expression(facts: ScriptFacts, source: str, **names: str) -> cst.BaseExpress
     return cst.parse_expression(text, config=facts.module.config_for_parsing)
 
 
-def device_ids(facts: ScriptFacts, scope, device_expr=None) -> str:
+def device_ids(facts: ScriptFacts, scope, device_expr=None, cuda_condition=None) -> str:
     """`device_ids` for DDP: this process's GPU on CUDA, None on CPU (DDP requires None there).
 
     When the model's own device variable is known, its type decides: a script run with
-    --no-cuda on a GPU machine keeps the model on the CPU, and DDP must then get None.
+    --no-cuda on a GPU machine keeps the model on the CPU, and DDP must then get None. When the
+    model is moved by `if args.cuda: model.cuda()`, that test decides, for the same reason.
     """
     torch = facts.names.torch
     rank = "local_rank" if facts.local_rank_visible(scope) else f"{torch}.cuda.current_device()"
-    on_cuda = f'{device_expr}.type == "cuda"' if device_expr else f"{torch}.cuda.is_available()"
+    if device_expr:
+        on_cuda = f'{device_expr}.type == "cuda"'
+    elif cuda_condition:
+        on_cuda = cuda_condition if " " not in cuda_condition.strip() else f"({cuda_condition})"
+    else:
+        on_cuda = f"{torch}.cuda.is_available()"
     return f"[{rank}] if {on_cuda} else None"
 
 

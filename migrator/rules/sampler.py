@@ -168,6 +168,12 @@ def _shard(facts: ScriptFacts, plan: Plan, loader: LoaderFact) -> None:
     plan.insert_before(loader.statement, inserted)
     plan.replace(loader.statement, lambda statement: statement.with_changes(leading_lines=()))
     plan.replace(loader.call, lambda call: _with_sampler(call, name))
+    for bound, loader_expr in loader.step_bounds:
+        # A step count from the whole data set would call next() past this rank's shard (StopIteration).
+        plan.replace(bound, lambda arg, loader_expr=loader_expr: arg.with_changes(
+            value=cst.parse_expression(f"min({code_of(arg.value)}, len({loader_expr}))")))
+        line, col = facts.line_col(bound)
+        plan.changes.append(Change(RULE.code, line, col, f"steps per epoch capped at len({loader_expr}): one shard per rank"))
     if facts.names.sampler_import_needed:
         plan.need_import("torch.utils.data.distributed", "DistributedSampler")
     line, col = facts.line_col(loader.call)

@@ -181,6 +181,10 @@ def plan_checkpoint_keys(facts: ScriptFacts, plan: Plan) -> None:
     for use in facts.model_uses:
         if use.node.attr.value in STATE_DICT_METHODS and _keys_change(use.model):
             plan.replace(use.node, _through_module)
+            choice = facts.parents.get(facts.parents.get(use.node))  # type: ignore[arg-type]
+            if isinstance(choice, cst.IfExp):
+                # `net.module.state_dict() if args.mGPUs else net.state_dict()`: both branches now agree.
+                plan.replace(choice, _one_branch_if_same)
             line, col = facts.line_col(use.node)
             plan.changes.append(Change(CHECKPOINT_KEYS.code, line, col, f"{use.node.attr.value}() through .module: keys as before"))
     for name, model in facts.bare_unwraps:
@@ -227,6 +231,11 @@ def _keys_change(model) -> bool:
 def _wrapped_before(model) -> bool:
     """Under DataParallel the script already had to say `model.module.x`."""
     return model.dataparallel is not None and model.dataparallel.conditional is None
+
+
+def _one_branch_if_same(node: cst.IfExp) -> cst.BaseExpression:
+    same = cst.Module(body=[]).code_for_node(node.body) == cst.Module(body=[]).code_for_node(node.orelse)
+    return node.body.with_changes(lpar=node.lpar, rpar=node.rpar) if same else node
 
 
 def _through_module(node: cst.Attribute) -> cst.Attribute:

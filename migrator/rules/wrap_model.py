@@ -121,7 +121,7 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
 
 
 def _wrap_statement(facts: ScriptFacts, model: ModelFact, inner: str = "") -> list:
-    text = WRAP.format(target=model.expr, ddp=facts.names.ddp, device_ids=_build.device_ids(facts, model.scope, model.device_expr))
+    text = WRAP.format(target=model.expr, ddp=facts.names.ddp, device_ids=_build.device_ids(facts, model.scope, model.device_expr, model.cuda_condition))
     statements = _build.statements(facts, text)
     if inner:
         statements = [_with_inner(statements[0], inner)]

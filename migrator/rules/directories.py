@@ -1,0 +1,107 @@
+"""DDP016: directories every rank creates are created without a race."""
+from __future__ import annotations
+
+import libcst as cst
+
+from migrator.analysis import ScriptFacts
+from migrator.edits import Plan
+from migrator.rule import Example, Rule
+from migrator.rules import _build
+from migrator.rules.process_group import needs_setup
+from migrator.types import Change
+
+RULE = Rule(
+    code="DDP016",
+    name="makedirs-exist-ok",
+    summary="create output directories with exist_ok=True: every rank runs the same mkdir at once",
+    what="""
+`os.makedirs(path)` gets `exist_ok=True`, and `os.mkdir(path)` becomes
+`os.makedirs(path, exist_ok=True)`, in a file being migrated. A `if not os.path.exists(path):`
+check in front of them stays as it is.""",
+    why="""
+Under torchrun every rank runs the script's setup code. Two ranks test `os.path.exists(path)`,
+both see False, both call `os.makedirs(path)`, and the slower one dies with FileExistsError.""",
+    fix="Add `exist_ok=True` (turning `os.mkdir` into `os.makedirs`).",
+    fix_safety="Safe: it only stops raising when the directory is already there, which is what the script wanted.",
+    fixable=True,
+    examples=(
+        Example(
+            id="output-dir",
+            before='''import os
+
+import torch
+
+
+def main():
+    out = "runs/exp"
+    if not os.path.exists(out):
+        os.makedirs(out)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    out = "runs/exp"
+    if not os.path.exists(out):
+        os.makedirs(out, exist_ok=True)
+    model = torch.nn.Linear(4, 1)
+    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+        ),
+        Example(
+            id="already-exist-ok",
+            before='''import os
+
+os.makedirs("out", exist_ok=True)
+''',
+            after=None,
+        ),
+    ),
+)
+
+
+def plan(facts: ScriptFacts, plan: Plan) -> None:
+    if not needs_setup(facts):
+        return
+    for call, spelled_os in facts.directory_creations:
+        plan.replace(call, lambda c, spelled_os=spelled_os: _race_free(c, spelled_os))
+        line, col = facts.line_col(call)
+        plan.changes.append(Change(RULE.code, line, col, "directory created with exist_ok=True (every rank creates it)"))
+
+
+def _race_free(call: cst.Call, spelled_os: str) -> cst.Call:
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value == "mkdir":
+        call = call.with_changes(func=call.func.with_changes(attr=cst.Name("makedirs")))
+    elif isinstance(call.func, cst.Name) and call.func.value == "mkdir":
+        call = call.with_changes(func=cst.parse_expression(f"{spelled_os}.makedirs"))
+    return _build.with_keyword(call, "exist_ok", "True")
