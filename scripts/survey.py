@@ -52,7 +52,7 @@ QUIET = ("spawn", "negative")
 STRICT_FAILURES = {
     **{c: ("CRASH", "WRONG", "SILENT", "GAP") for c in TRAINING},
     **{c: ("CRASH", "WRONG") for c in LEGACY},
-    **{c: ("CRASH", "CHANGED") for c in QUIET},
+    **{c: ("CRASH", "CHANGED", "NOISE") for c in QUIET},
 }
 # A diagnostic whose message says one of these tells us the training loop is in another file
 # (DDP114 words it "trains through `net` from module `models`" or "runs the training in module `x`").
@@ -294,7 +294,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--category", action="append", default=[], help="only this category (repeatable)")
     parser.add_argument("--show", metavar="FILE_SUBSTRING", help="print the diff and findings of matching files")
     parser.add_argument("--json", action="store_true", help="one JSON list of rows instead of the table")
-    parser.add_argument("--strict", action="store_true", help="exit 1 on CRASH/WRONG/SILENT/GAP/CHANGED")
+    parser.add_argument("--strict", action="store_true", help="exit 1 on CRASH/WRONG/SILENT/GAP (training), CHANGED/NOISE (spawn, negative)")
     args = parser.parse_args(argv)
     rows = survey(args.corpus, args.category)
     if args.json:

@@ -11,6 +11,9 @@ is edited). For every training fixture:
       the same files with the same (nested) state_dict keys; skipped when the migration
       changed nothing or fixture.toml says `original_runs_on_cpu = false`.
 
+A fixture's support/ folder (modules the script imports, not migrated by ddp-migrate) is copied
+next to the script in both runs.
+
 A fixture.toml table `runtime_skip = {check_name = "why it cannot hold here"}` skips named
 checks (the names in checks.assert_trains_correctly_under_ddp, or "same_saved_keys").
 
@@ -60,7 +63,7 @@ def torchrun_report(case: fixture_cases.FixtureCase, tmp_path_factory: pytest.Te
     if case.name not in _TORCHRUN_REPORTS:
         workdir = tmp_path_factory.mktemp(f"{case.name}-torchrun")
         _TORCHRUN_REPORTS[case.name] = run_torchrun(
-            case.migrated_script, workdir, args=case.args, script_name=SCRIPT_NAME,
+            case.migrated_script, workdir, args=case.args, script_name=SCRIPT_NAME, support=case.support_dir,
             label=f"fixture {case.name}: {case.migrated_script.name} under torchrun")
     return _TORCHRUN_REPORTS[case.name]
 
@@ -91,7 +94,7 @@ def test_migrated_fixture_saves_original_keys(case: fixture_cases.FixtureCase,
     report = torchrun_report(case, tmp_path_factory)
     assert_clean_exit(report)
     original = run_single(case.input_path, tmp_path_factory.mktemp(f"{case.name}-original"),
-                          args=case.args, script_name=SCRIPT_NAME,
+                          args=case.args, script_name=SCRIPT_NAME, support=case.support_dir,
                           label=f"fixture {case.name}: original input.py as one plain CPU process")
     if not original.ok:
         raise AssertionError(
@@ -401,3 +404,19 @@ def test_self_single_process_run_is_recorded(tmp_path: Path) -> None:
     assert outer["shard"] == inner["shard"] and len(outer["shard"]) == 5
     assert outer["indices"] == inner["indices"] == outer["shard"][:2]
     assert report.record(0)["probe_errors"] == []
+
+
+def test_self_support_modules_are_copied_next_to_the_script(tmp_path: Path) -> None:
+    """`support=`: a sibling module the script imports is importable in both kinds of run."""
+    support = tmp_path / "support"
+    (support / "pkg").mkdir(parents=True)
+    (support / "helpers.py").write_text("import torch\n\ndef save(m):\n    torch.save(m.state_dict(), 'm.pt')\n")
+    (support / "pkg" / "__init__.py").write_text("SIZE = 3\n")
+    script = tmp_path / "uses_support.py"
+    script.write_text("import torch\nfrom helpers import save\nfrom pkg import SIZE\n\n"
+                      "save(torch.nn.Linear(SIZE, 1))\n")
+    report = run_single(script, tmp_path / "run", support=support)
+    assert_clean_exit(report)
+    assert report.saved_paths() == ["m.pt"], report.explain()
+    assert (tmp_path / "run" / "pkg" / "__init__.py").exists()
+    assert not run_single(script, tmp_path / "bare").ok  # without support= the import fails

@@ -399,7 +399,6 @@ def test_survey_reads_a_manifest(tmp_path):
 
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="real-world corpus not present")
-@pytest.mark.xfail(strict=False, reason="issue 10: engine not there yet")
 def test_real_world_corpus_has_no_failures():
     rows = survey.survey(CORPUS)
     failures = [(r.outcome, r.category, r.file, r.detail) for r in survey.strict_failures(rows)]

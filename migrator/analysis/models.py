@@ -82,6 +82,11 @@ def trained_models(self, dp_sites, ddp_targets: Set[str]) -> Tuple[ModelFact, ..
                 expr, definition = self.owning_model(expr, call)
                 if expr in models:
                     continue
+            if definition is not None and not expr.startswith("self."):
+                # `self.model, self.optimizer = model, optimizer`: from there on the model is `self.model`.
+                expr, definition = self.kept_on_self(expr, definition)
+                if expr in models:
+                    continue
             sites = [
                 s for s in dp_sites
                 if (s.target == expr or (s.target or "").startswith(expr + ".")) and self.same_scope(s.statement, definition)
@@ -244,6 +249,35 @@ def _calls_cuda(statement: cst.CSTNode) -> bool:
 
 def _is_cuda_available_call(test: cst.BaseExpression) -> bool:
     return isinstance(test, cst.Call) and code_of(test.func).endswith("cuda.is_available")
+
+
+def kept_on_self(self, expr: str, definition: cst.SimpleStatementLine) -> Tuple[str, cst.SimpleStatementLine]:
+    """`self.model = model` (or a tuple assignment) later in the same function: the attribute is the
+    model the rest of the class trains, moves and wraps; its statement is the definition."""
+    scope = self.scope_of(definition)
+    for target, statement in self.c.assignments:
+        if not target.startswith("self.") or self.scope_of(statement) is not scope:
+            continue
+        if not self.comes_after(statement, definition) or not isinstance(statement.body[0], cst.Assign):
+            continue
+        if self.block_of(statement) is None:
+            continue
+        if _assigned_from(statement.body[0], target) == expr:
+            return target, statement
+    return expr, definition
+
+
+def _assigned_from(assign: cst.Assign, target: str) -> Optional[str]:
+    """What `target` gets in `assign`: `model` in `self.model = model` or `self.model, self.opt = model, opt`."""
+    for t in assign.targets:
+        if code_of(t.target) == target:
+            return code_of(assign.value)
+        if isinstance(t.target, (cst.Tuple, cst.List)) and isinstance(assign.value, (cst.Tuple, cst.List)):
+            names = [code_of(e.value) for e in t.target.elements]
+            values = [code_of(e.value) for e in assign.value.elements]
+            if target in names and len(names) == len(values):
+                return values[names.index(target)]
+    return None
 
 
 def owning_model(self, expr: str, update: cst.Call) -> Tuple[str, Optional[cst.SimpleStatementLine]]:

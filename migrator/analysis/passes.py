@@ -167,7 +167,7 @@ class _Analysis:
 
     def flow_facts(self, models: Tuple[ModelFact, ...], entry: Optional[EntryPoint]) -> dict:
         entry_function = entry.scope if entry is not None and entry.kind == "function" else None
-        flow = Flow(self, {m_.expr for m_ in models}, entry_function)
+        flow = Flow(self, {m_.expr for m_ in models}, entry_function, entry.scope if entry is not None else None)
         loaders = flow.loaders()
         wrapped = [m_ for m_ in models if not m_.already_ddp and m_.wrap_after is not None]
         self.rebound = {m_.expr: flow.reassignments(m_) for m_ in wrapped}
@@ -249,6 +249,7 @@ class _Analysis:
     model_definition = _models.model_definition
     parameter_owners = _models.parameter_owners
     owning_model = _models.owning_model
+    kept_on_self = _models.kept_on_self
     cuda_condition = _models.cuda_condition
     model_from_caller = _models.model_from_caller
     models_passed = _models.models_passed

@@ -34,8 +34,9 @@ class EpochHook:
 
     loop: cst.CSTNode  # a `for epoch ...` loop, or a `while` loop that counts its epochs
     loader_expr: str  # how the loader is spelled in the loop's scope
-    epoch: str
+    epoch: Optional[str]  # None: the sampler's own counter advances (`sampler.set_epoch(sampler.epoch + 1)`)
     after: Optional[cst.SimpleStatementLine] = None  # `cur_epochs += 1` in a while loop: set_epoch goes after it
+    before: Optional[cst.CSTNode] = None  # `it = iter(loader)` rebuilt on StopIteration: set_epoch goes before it
 
 
 @dataclass(frozen=True)
@@ -81,16 +82,25 @@ class ModelUse:
 class FlowBase:
     """Construction and shared navigation: callees, parameters, loops over an expression, training."""
 
-    def __init__(self, a: "_Analysis", model_exprs: Set[str], entry_function: Optional[cst.CSTNode]) -> None:
+    def __init__(
+        self,
+        a: "_Analysis",
+        model_exprs: Set[str],
+        entry_function: Optional[cst.CSTNode],
+        entry_scope: Optional[cst.CSTNode] = None,
+    ) -> None:
         self.a = a
         self.c = a.c
         self.model_exprs = model_exprs
         self.entry_function = entry_function
+        self.entry_scope = entry_scope  # where the setup goes: the entry function, or the module
         self.functions: Dict[str, cst.FunctionDef] = {
             f.name.value: f for f in self.c.functions if isinstance(a.parent(f), cst.Module)
         }
         self.classes: Dict[str, cst.ClassDef] = {c.name.value: c for c in self.c.classes if isinstance(a.parent(c), cst.Module)}
         self._trains_cache: Dict[cst.CSTNode, bool] = {}
+        # `pbar = tqdm(train_loader)`: a name standing for a loader (its loops are the loader's).
+        self.loader_aliases: Dict[str, str] = {}
         self.optimizer_names = self._optimizer_names()
 
     # -- small helpers -------------------------------------------------------------------
@@ -120,6 +130,17 @@ class FlowBase:
             return self.functions.get(call.func.value)
         if isinstance(call.func, cst.Attribute) and N.is_name(call.func.value, "self"):
             return self.method_of(self.a.enclosing_class(call), call.func.attr.value)
+        if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name):
+            # `trainer.training(epoch)` with `trainer = Trainer(args)` built in the same function.
+            cls = self.instance_class(call.func.value.value, self.a.scope_of(call))
+            return self.method_of(cls, call.func.attr.value) if cls is not None else None
+        return None
+
+    def instance_class(self, name: str, owner: ScopeOwner) -> Optional[cst.ClassDef]:
+        """The class of this file that `name = Cls(...)` instantiates in `owner`."""
+        value = self.assigned_value(name, owner)
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+            return self.classes.get(value.func.value)
         return None
 
     def bound_params(self, fn: cst.FunctionDef) -> List[str]:
@@ -157,6 +178,11 @@ class FlowBase:
                 if isinstance(small, cst.Assign):
                     return small.value
         return None
+
+    def spelled_in(self, loop: cst.CSTNode, spelled: str) -> str:
+        """How the loader is spelled where `loop` iterates it (the loader's name, not its progress bar's)."""
+        iterated = _iterated(loop)
+        return spelled if iterated is None or iterated in self.loader_aliases else iterated
 
     def calls_within(self, node: cst.CSTNode) -> List[cst.Call]:
         return self.a.calls_inside.get(node, [])
@@ -252,7 +278,11 @@ def _iterated(loop: cst.CSTNode) -> Optional[str]:
     """
     if isinstance(loop, cst.Call) and not N.is_name(loop.func, "iter"):
         return None  # a call handing the loader to a training function: spelled as it is passed
-    node = loop.iter if isinstance(loop, cst.For) else loop
+    return _wrapped(loop.iter if isinstance(loop, cst.For) else loop)
+
+
+def _wrapped(node: cst.CSTNode) -> Optional[str]:
+    """The loader inside `enumerate(tqdm(loader), 1)`-like wrappers: the first positional argument, down."""
     while isinstance(node, cst.Call) and node.args and node.args[0].keyword is None:
         if (dotted_name(node.func) or "").split(".")[-1] in _NOT_WRAPPERS:
             return None

@@ -15,30 +15,59 @@ class EpochFlow(FlowBase):
 
     def epoch_hooks(self, loop: cst.CSTNode, spelled: str) -> List[EpochHook]:
         """Where the epoch loop driving `loop` is, and how the loader is spelled there."""
+        rebuilt = self.rebuilt_on_exhaustion(loop)
+        if rebuilt is not None:
+            return rebuilt
         enclosing = self.enclosing_epoch_loop(loop)
         if enclosing is not None:
             # Spelled as the loop spells it: the epoch loop is in the same function.
-            return [EpochHook(enclosing, _iterated(loop) or spelled, _loop_variable(enclosing))]
-        counted = self.counted_while_hook(loop, _iterated(loop) or spelled)
+            return [EpochHook(enclosing, self.spelled_in(loop, spelled), _loop_variable(enclosing))]
+        counted = self.counted_while_hook(loop, self.spelled_in(loop, spelled))
         if counted is not None:
             return [counted]
         fn = self.a.enclosing_function(loop)
         if fn is None:
             return []
         hooks = []
-        inner = _iterated(loop) or spelled  # the loader as this function spells it (often a parameter)
+        inner = self.spelled_in(loop, spelled)  # the loader as this function spells it (often a parameter)
         for call in self.c.calls:
             if self.callee(call) is not fn:
                 continue
             outer = self.enclosing_epoch_loop(call)
             if outer is None:
                 continue
-            spelled_there = inner if inner.startswith("self.") else self.argument_for(fn, call, inner)
+            spelled_there = self.attribute_at(call, inner) if inner.startswith("self.") else self.argument_for(fn, call, inner)
             if spelled_there is None and inner in self.c.bound.get(self.a.module, ()):
                 spelled_there = inner  # a module global, as in flat scripts with helpers
             if spelled_there is not None:
                 hooks.append(EpochHook(outer, spelled_there, _loop_variable(outer)))
         return hooks
+
+    def rebuilt_on_exhaustion(self, use: cst.CSTNode) -> Optional[List[EpochHook]]:
+        """Step loops that restart the loader when it runs dry:
+        `try: batch = next(it)` / `except StopIteration: it = iter(loader); batch = next(it)`.
+
+        Each restart is a new pass over the data: the sampler advances its own epoch right before
+        it (`sampler.set_epoch(sampler.epoch + 1)`). The first `iter(loader)`, before the loop, needs
+        nothing (epoch 0). None when the loader is not restarted this way.
+        """
+        if not (isinstance(use, cst.Call) and N.is_name(use.func, "iter")):
+            return None
+        fn = self.a.enclosing_function(use)
+        handlers = [
+            h for h in descendants(fn or self.a.module, cst.ExceptHandler)
+            if h.type is not None and "StopIteration" in code_of(h.type) and self.a.enclosing_function(h) is fn
+        ]
+        iterated = _iterated(use)
+        for handler in handlers:
+            restarts = [c for c in descendants(handler.body, cst.Call) if N.is_name(c.func, "iter") and _iterated(c) == iterated]
+            if not restarts:
+                continue
+            if use not in restarts:
+                return []  # the first iter(), before the loop: the restart carries the hook
+            statement = self.a.statement_of(use)
+            return [EpochHook(handler, iterated or "", None, before=statement)]
+        return None
 
     def counted_while_hook(self, node: cst.CSTNode, spelled: str) -> Optional[EpochHook]:
         """`while True: cur_epochs += 1; for batch in loader: ...` (DeepLab-style iteration loops):
@@ -56,6 +85,14 @@ class EpochFlow(FlowBase):
                         return EpochHook(anc, spelled, counter, after=statement)  # type: ignore[arg-type]
                 return None
         return None
+
+    @staticmethod
+    def attribute_at(call: cst.Call, attribute: str) -> str:
+        """`self.train_loader` as the caller spells it: itself in the class, `trainer.train_loader` outside."""
+        func = call.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value != "self":
+            return func.value.value + attribute[len("self") :]
+        return attribute
 
     def enclosing_epoch_loop(self, node: cst.CSTNode) -> Optional[cst.For]:
         fn = self.a.enclosing_function(node)

@@ -11,7 +11,7 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.bindings import ScopeOwner, dotted_name
-from migrator.dataflow.core import EpochHook, LoaderFact, _iterated, code_of
+from migrator.dataflow.core import EpochHook, LoaderFact, _iterated, _wrapped, code_of
 from migrator.dataflow.epochs import EpochFlow
 from migrator.tree import descendants
 
@@ -50,7 +50,7 @@ class LoaderFlow(EpochFlow):
                     no_epoch = loop
                 hooks.extend(h for h in found if h.loop not in {k.loop for k in hooks})
         distributed = self.has_distributed_sampler(call)
-        bounds = tuple(b for use, spelled in loops if training for b in self.step_bounds(use, spelled))
+        bounds = tuple({id(b[0]): b for use, spelled in loops if training for b in self.step_bounds(use, spelled)}.values())
         return LoaderFact(call, statement, owner, target, dataset, shuffle, kwargs, training, tuple(hooks), problem, no_epoch, distributed, bounds)  # type: ignore[arg-type]
 
     def step_bounds(self, use: cst.CSTNode, spelled: str) -> List[Tuple[cst.Arg, str]]:
@@ -58,6 +58,8 @@ class LoaderFlow(EpochFlow):
         that do not already come from the loader's own length."""
         if not (isinstance(use, cst.Call) and N.is_name(use.func, "iter")):
             return []
+        if self.rebuilt_on_exhaustion(use) is not None:
+            return []  # restarted when it runs dry: the count is of steps in all, not per pass
         statement = self.a.statement_of(use)
         iterator = _assigned_name(statement, use)
         fn = self.a.enclosing_function(use) or self.a.module
@@ -126,6 +128,8 @@ class LoaderFlow(EpochFlow):
             scopes = [cls] if cls is not None else scopes
         for scope in scopes:
             found += [(loop, expr) for loop in self.loops_over(expr, scope)]
+            for alias in self.progress_aliases(expr, scope):
+                found += [(loop, expr) for loop in self.loops_over(alias, scope)]
             for call in self.calls_within(scope):
                 fn = self.callee(call)
                 param = self.param_for(fn, call, expr) if fn is not None else None
@@ -143,6 +147,19 @@ class LoaderFlow(EpochFlow):
         if "." not in expr and isinstance(owner, cst.FunctionDef):
             for position in self.return_positions(owner, expr):
                 found += self.returned_uses(owner, position)
+        return found
+
+    def progress_aliases(self, expr: str, scope: cst.CSTNode) -> List[str]:
+        """`pbar = tqdm(train_loader, ...)` / `batches = enumerate(train_loader)`: names whose loops
+        are loops over the loader (an `iter(...)` is a stream, followed by loops_over itself)."""
+        found = []
+        for target, statement in self.c.assignments:
+            value = getattr(statement.body[0], "value", None)
+            if not isinstance(value, cst.Call) or N.is_name(value.func, "iter") or "." in target or "," in target:
+                continue
+            if _wrapped(value) == expr and self.a.is_inside(statement, scope):
+                self.loader_aliases[target] = expr
+                found.append(target)
         return found
 
     def stored_on_self(self, name: str, fn: cst.FunctionDef) -> List[str]:

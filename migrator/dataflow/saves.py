@@ -73,7 +73,8 @@ class SaveFlow(FlowBase):
         return any(isinstance(anc, cst.If) and N.mentions_rank(anc.test) for anc in self.a.ancestors(node))
 
     def print_statements(self, loaders: Tuple[LoaderFact, ...]) -> Tuple[Statement, ...]:
-        """Per-step / per-epoch prints and logs: inside epoch loops and loops over loaders."""
+        """Prints and logs to show once: per step and per epoch (inside epoch loops and loops over
+        loaders, and in the functions that run them), and the one-off ones of the entry point."""
         loops: Set[cst.CSTNode] = {loop for loop in self.c.loops if self.trains(loop)}
         for loader in loaders:
             loops.update(h.loop for h in loader.hooks)
@@ -85,6 +86,10 @@ class SaveFlow(FlowBase):
             if self.under_rank_check(statement) or self.runs_shared_code(statement):
                 continue
             if any(self.a.is_inside(statement, loop) for loop in loops) or self.in_loader_function(statement, loaders):
+                found.append(statement)
+            elif self.entry_scope is not None and self.a.scope_of(statement) is self.entry_scope and not _per_rank(statement):
+                # One-off messages where training runs ("Resuming from ...", the final score): once,
+                # not once per rank. Those before the setup stay (the rule only guards after it).
                 found.append(statement)
         return tuple(found)
 
@@ -169,3 +174,8 @@ class SaveFlow(FlowBase):
             if calls and all(self.c.resolve(call.func) == "torch.distributed.barrier" for call in calls):
                 by_function.setdefault(self.a.enclosing_function(node), []).append(node)
         return {node for nodes in by_function.values() if len(nodes) >= 2 for node in nodes}
+
+
+def _per_rank(statement: cst.CSTNode) -> bool:
+    """A message about this process's own state (`print("device:", device)`): every rank says its own."""
+    return any("device" in name.value.lower() or "rank" in name.value.lower() for name in descendants(statement, cst.Name))

@@ -683,36 +683,39 @@ os.system("python -m torch.distributed.launch $LAUNCH_OPTS train.py")
 SAVE_AFTER_TEARDOWN = Rule(
     code="DDP115",
     name="save-after-teardown",
-    summary="checkpoint written after training returns and the process group is gone: every rank writes it",
+    summary="checkpoint written between training runs, after the process group of the first is gone: every rank writes it",
     what="""
-A `torch.save(...)` in the launch block after the call that trains
-(`model = main(config); torch.save(model.state_dict(), "model.pth")`). The process group is
-destroyed when that call returns, so the tool cannot guard the save by rank or put a barrier in
-front of the code that reads the file back.""",
+A `torch.save(...)` in the launch block after the call that trains, when that block goes on to
+train again (`model = main(2); torch.save(...); model = main(10)`). The process group is destroyed
+each time the entry call returns, so the save cannot be guarded by `dist.get_rank()`, and the code
+around it cannot move to rank 0 alone either: every rank must take part in the next run. (When
+nothing trains after it, DDP012 runs the whole post-training tail on rank 0, by torchrun's RANK.)""",
     why="""
 Every rank writes the same file at once (a corrupt or half-written checkpoint on shared
-storage), and any rank reading it back may read rank 0's file while another rank is writing.""",
-    fix="Move the save (and what reads it back) into the training function, where ddp-migrate guards it, or guard it with `if int(os.environ.get('RANK', 0)) == 0:` and read it back only there.",
+storage), and a rank reading it back may read it while another rank is writing it.""",
+    fix="Guard the save with `if int(os.environ.get('RANK', 0)) == 0:`, or move it into the training function, where ddp-migrate guards it.",
     fix_safety="Not fixable automatically.",
     fixable=False,
     examples=(
         Example(
-            id="save-after-main",
+            id="save-between-runs",
             before='''import torch
 
 
-def main():
+def main(epochs):
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for epoch in range(2):
+    for epoch in range(epochs):
         model(torch.randn(8, 4)).sum().backward()
         optimizer.step()
     return model
 
 
 if __name__ == "__main__":
-    model = main()
-    torch.save(model.state_dict(), "model.pth")
+    model = main(2)
+    torch.save(model.state_dict(), "short.pth")
+    model = main(10)
+    torch.save(model.state_dict(), "long.pth")
 ''',
             after='''import torch
 import os
@@ -720,7 +723,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
-def main():
+def main(epochs):
     # torchrun starts one process per device and sets LOCAL_RANK for each.
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if torch.cuda.is_available():
@@ -729,7 +732,7 @@ def main():
     model = torch.nn.Linear(4, 1)
     model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for epoch in range(2):
+    for epoch in range(epochs):
         model(torch.randn(8, 4)).sum().backward()
         optimizer.step()
     return model.module
@@ -737,11 +740,13 @@ def main():
 
 if __name__ == "__main__":
     try:
-        model = main()
+        model = main(2)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-    torch.save(model.state_dict(), "model.pth")
+    torch.save(model.state_dict(), "short.pth")
+    model = main(10)
+    torch.save(model.state_dict(), "long.pth")
 ''',
             diagnostics=("DDP115",),
         ),

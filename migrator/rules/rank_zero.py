@@ -7,6 +7,8 @@ no backward/step and no collective; otherwise the `torch.save` inside it is guar
 from __future__ import annotations
 
 
+import libcst as cst
+
 from migrator.analysis import ScriptFacts
 from migrator.edits import Plan
 from migrator.rule import Example, Rule
@@ -14,6 +16,7 @@ from migrator.rules import _build
 from migrator.rules.process_group import needs_setup
 from migrator.rules.advisories import SAVE_AFTER_TEARDOWN, SHARED_WORK_IN_SAVE
 from migrator.types import Change, Diagnostic
+from migrator.tree import descendants
 
 CHECKPOINT = Rule(
     code="DDP012",
@@ -23,7 +26,11 @@ CHECKPOINT = Rule(
 Guards every `torch.save(...)` (and `np.save`, `json.dump`, `pickle.dump` of results) with
 `if dist.get_rank() == 0:`; a checkpoint helper such as
 `save_checkpoint(state, is_best)` is guarded at its call sites (so its `shutil.copyfile` of the
-best model runs with it), a `with open(path, "wb") as f: torch.save(model, f)` as a whole.""",
+best model runs with it), a `with open(path, "wb") as f: torch.save(model, f)` as a whole.
+A save in the main guard after the training call returns (`model = main(); torch.save(...)`),
+when the process group is already destroyed, takes the rest of the guard with it: everything after
+training runs under `if int(os.environ.get("RANK", 0)) == 0:`, so the file is written once and
+read back only by the rank that wrote it.""",
     why="""
 Every rank holds the same weights after DDP's gradient sync, so N writers produce N concurrent
 writes of one file: at best wasted I/O, at worst a truncated or interleaved checkpoint.""",
@@ -160,6 +167,7 @@ def condition(facts: ScriptFacts) -> str:
 def plan_checkpoints(facts: ScriptFacts, plan: Plan) -> None:
     if not needs_setup(facts):
         return
+    after_teardown: list = []
     for site in facts.saves:
         if site.shared is not None:
             line, col = facts.line_col(site.shared)
@@ -168,16 +176,18 @@ def plan_checkpoints(facts: ScriptFacts, plan: Plan) -> None:
         guard = site.guard
         if site.inner is not None and not all(facts.after_setup(s) for s in guard):
             guard = (site.inner,)  # the helper is called before the setup too: guard the write inside it
+        tail = _teardown_tail(facts)
         for statement in guard:
-            if statement not in plan.guards and _after_teardown(facts, statement):
-                line, col = facts.line_col(statement)
-                plan.diagnostics.append(Diagnostic(SAVE_AFTER_TEARDOWN.code, line, col, SAVE_AFTER_TEARDOWN.summary))
+            if any(statement is top or _inside(facts, statement, top) for top in tail):
+                after_teardown.append(statement)
                 continue
             if statement in plan.guards or not facts.after_setup(statement):
                 continue
             plan.guard(statement, condition(facts))
             line, col = facts.line_col(statement)
             plan.changes.append(Change(CHECKPOINT.code, line, col, "checkpoint written on rank 0 only"))
+    if after_teardown:
+        _post_training_on_rank_zero(facts, plan, after_teardown)
     for statement in facts.reads_after_write:
         if not facts.after_setup(statement):
             continue
@@ -187,13 +197,49 @@ def plan_checkpoints(facts: ScriptFacts, plan: Plan) -> None:
         plan.changes.append(Change(CHECKPOINT.code, line, col, "barrier before reading back rank 0's checkpoint"))
 
 
-def _after_teardown(facts: ScriptFacts, statement) -> bool:
-    """Does `statement` run in the launch block after the entry call returned (and destroyed the group)?"""
+def _teardown_tail(facts: ScriptFacts) -> list:
+    """The launch block's statements after the entry call (which destroys the process group on return)."""
     entry = facts.entry
     if entry is None or entry.kind != "function" or entry.call_statement is None:
-        return False
+        return []
     launch = facts.parents.get(entry.call_statement)
-    return facts.parents.get(statement) is launch and facts.order.get(statement, 0) > facts.order.get(entry.call_statement, 0)
+    body = list(getattr(launch, "body", ()))
+    return body[body.index(entry.call_statement) + 1 :] if entry.call_statement in body else []
+
+
+def _inside(facts: ScriptFacts, node, container) -> bool:
+    parent = facts.parents.get(node)
+    while parent is not None:
+        if parent is container:
+            return True
+        parent = facts.parents.get(parent)
+    return False
+
+
+# The process group is gone after the entry call: torchrun's RANK says who is rank 0 (unset: one process).
+ENV_RANK_ZERO = 'int(os.environ.get("RANK", 0)) == 0'
+
+
+def _post_training_on_rank_zero(facts: ScriptFacts, plan: Plan, saves: list) -> None:
+    """`model = main(); torch.save(model.state_dict(), path); check = torch.load(path)`: what follows
+    training in the launch block (saving, reloading, plotting) runs on rank 0 only. With no process
+    group left there is no barrier to order a write and a read, so the whole tail moves together.
+    A tail that trains again (calls the entry point) is reported instead (DDP115)."""
+    tail = _teardown_tail(facts)
+    entry_name = getattr(facts.entry.scope, "name", None)  # type: ignore[union-attr]
+    trains_again = entry_name is not None and any(
+        isinstance(call.func, cst.Name) and call.func.value == entry_name.value
+        for top in tail for call in descendants(top, cst.Call)
+    )
+    if trains_again:
+        for statement in saves:
+            line, col = facts.line_col(statement)
+            plan.diagnostics.append(Diagnostic(SAVE_AFTER_TEARDOWN.code, line, col, SAVE_AFTER_TEARDOWN.summary))
+        return
+    for statement in tail:
+        plan.guard(statement, ENV_RANK_ZERO)
+    line, col = facts.line_col(tail[0])
+    plan.changes.append(Change(CHECKPOINT.code, line, col, "what runs after training (saves included) runs on rank 0 only"))
 
 
 def plan_logging(facts: ScriptFacts, plan: Plan) -> None:

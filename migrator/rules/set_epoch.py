@@ -115,13 +115,16 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
                 sampler = f"{hook.loader_expr}.sampler"
             if not isinstance(hook.loop.body, cst.IndentedBlock):
                 continue  # `for epoch in range(n): train(epoch)` on one line: rare, left alone
-            statement = _build.statements(facts, f"{sampler}.set_epoch({hook.epoch})\n")
+            epoch = hook.epoch if hook.epoch is not None else f"{sampler}.epoch + 1"
+            statement = _build.statements(facts, f"{sampler}.set_epoch({epoch})\n")
             if hook.after is not None:
                 plan.insert_after(hook.after, statement)  # a while loop's epoch counter was just advanced
+            elif hook.before is not None:
+                plan.insert_before(hook.before, statement)  # the loader restarts: a new pass, a new order
             else:
                 plan.insert_before(hook.loop.body.body[0], statement)
             line, col = facts.line_col(hook.loop)
-            plan.changes.append(Change(RULE.code, line, col, f"{sampler}.set_epoch({hook.epoch}) at the start of each epoch"))
+            plan.changes.append(Change(RULE.code, line, col, f"{sampler}.set_epoch({epoch}) at the start of each epoch"))
 
 
 def _never_shuffles(loader) -> bool:

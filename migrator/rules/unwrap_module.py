@@ -160,7 +160,8 @@ def main():
         model.train()
         model(torch.randn(8, 4)).sum().backward()
         optimizer.step()
-    print(model.module.embedding_dim, model.module.encode(torch.randn(1, 4)))
+    if dist.get_rank() == 0:
+        print(model.module.embedding_dim, model.module.encode(torch.randn(1, 4)))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@
     report.records[0]["ddp"][0]["param_checksum"]
 
 The script is copied into `workdir` and run there, so the checkpoints it writes land in
-`workdir`. The probe's records are read into the report; the probe folder is temporary.
+`workdir`. `support=<folder>` also copies every file under that folder into `workdir`, next to
+the script (sibling modules the script imports, e.g. a fixture's support/function.py), as is.
+The probe's records are read into the report; the probe folder is temporary.
 The record format is documented in sitecustomize.RECORD_FORMAT.
 """
 from __future__ import annotations
@@ -193,10 +195,14 @@ def probe_env(probe_dir: Path, single: bool = False, cpu_only: bool = True,
     return env
 
 
-def _place_script(script: Path, workdir: Path, name: Optional[str] = None) -> Path:
+def _place_script(script: Path, workdir: Path, name: Optional[str] = None,
+                  support: Optional[Path] = None) -> Path:
     script = Path(script).resolve()
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    if support is not None:  # sibling modules first, so the script itself always wins a name clash
+        shutil.copytree(support, workdir, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     target = workdir / (name or script.name)
     if target.resolve() != script:
         shutil.copyfile(script, target)
@@ -255,14 +261,16 @@ def _probed_run(command: List[str], workdir: Path, timeout: float, single: bool,
 
 def run_torchrun(script: Path, workdir: Path, args: Sequence[str] = (), nproc: int = 2,
                  timeout: float = 120, env: Optional[Dict[str, str]] = None,
-                 script_name: Optional[str] = None, label: str = "") -> RunReport:
+                 script_name: Optional[str] = None, label: str = "",
+                 support: Optional[Path] = None) -> RunReport:
     """`torchrun --standalone --nproc_per_node=<nproc> <script> <args>` in `workdir`, probe armed.
 
     Uses `sys.executable -m torch.distributed.run` (what the torchrun entry point runs), so the
     interpreter under test is this one whatever PATH says. `script_name`: the name the copy in
     `workdir` gets (default: the script's own), for scripts that derive paths from __file__.
+    `support`: a folder whose files are copied into `workdir` next to the script (None: none).
     """
-    target = _place_script(script, workdir, script_name)
+    target = _place_script(script, workdir, script_name, support)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc_per_node={nproc}", target.name, *map(str, args)]
     aborts: List[str] = []
@@ -293,8 +301,11 @@ def is_gloo_exit_abort(report: RunReport, nproc: int) -> bool:
 
 def run_single(script: Path, workdir: Path, args: Sequence[str] = (), timeout: float = 120,
                env: Optional[Dict[str, str]] = None, script_name: Optional[str] = None,
-               label: str = "") -> RunReport:
-    """`python <script> <args>` in `workdir`, one process, probe armed (its record is rank 0)."""
-    target = _place_script(script, workdir, script_name)
+               label: str = "", support: Optional[Path] = None) -> RunReport:
+    """`python <script> <args>` in `workdir`, one process, probe armed (its record is rank 0).
+
+    `support`: as for run_torchrun.
+    """
+    target = _place_script(script, workdir, script_name, support)
     command = [sys.executable, target.name, *map(str, args)]
     return _probed_run(command, Path(workdir), timeout, single=True, env=env, label=label)
