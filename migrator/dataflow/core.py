@@ -101,6 +101,7 @@ class FlowBase:
         self._trains_cache: Dict[cst.CSTNode, bool] = {}
         # `pbar = tqdm(train_loader)`: a name standing for a loader (its loops are the loader's).
         self.loader_aliases: Dict[str, str] = {}
+        self._attributes_by_receiver: Optional[Dict[str, List[cst.Attribute]]] = None
         self.optimizer_names = self._optimizer_names()
 
     # -- small helpers -------------------------------------------------------------------
@@ -204,19 +205,19 @@ class FlowBase:
     def external_training_call(self, call: cst.Call, expr: str) -> bool:
         """`train(config, train_loader, model, ...)` imported from the project's own module: the loader
         it is given is the training data, even though the loop over it is in that other module."""
-        if not self.has_updates or not any(code_of(arg.value) == expr for arg in call.args):
-            return False
         func = call.func
         name = func.value if isinstance(func, cst.Name) else N.attribute_name(func)
-        return bool(name) and N.is_training_function_name(name)  # type: ignore[arg-type]
+        if not name or not N.is_training_function_name(name) or not self.has_updates:
+            return False
+        return any(code_of(arg.value) == expr for arg in call.args)
 
     def external_trainer(self, call: cst.Call, expr: str) -> bool:
         """`Train(model, train_loader, optimizer, ...)` / `Trainer(...)` imported from the project: an
         object built around the loader that trains when one of its methods runs."""
-        if not self.has_updates or not any(code_of(arg.value) == expr for arg in call.args):
-            return False
         name = call.func.value if isinstance(call.func, cst.Name) else N.attribute_name(call.func) or ""
-        return name[:1].isupper() and ("Train" in name or "Solver" in name)
+        if not (name[:1].isupper() and ("Train" in name or "Solver" in name)) or not self.has_updates:
+            return False
+        return any(code_of(arg.value) == expr for arg in call.args)
 
     def trainer_runs(self, constructor: cst.Call) -> List[cst.Call]:
         """The calls that run the trainer built by `constructor` inside an epoch loop

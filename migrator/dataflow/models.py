@@ -20,13 +20,22 @@ class ModelFlow(FlowBase):
         """Attribute accesses on `model` made when it is already wrapped."""
         uses: Dict[cst.CSTNode, ModelUse] = {}
         for spelling, scope, after in self.wrapped_scopes(model, wrap_point):
-            for node in self.c.attributes:
-                if node in uses or code_of(node.value) != spelling or not self.a.is_inside(node, scope):
+            for node in self.attributes_on(spelling):
+                if node in uses or not self.a.is_inside(node, scope):
                     continue
                 if after is not None and not self.a.comes_after(node, after):
                     continue
                 uses[node] = ModelUse(node, model)
         return tuple(uses.values())
+
+    def attributes_on(self, spelling: str) -> List[cst.Attribute]:
+        """Every `<spelling>.attr` in the file, from one index of attribute receivers built on first use."""
+        if self._attributes_by_receiver is None:
+            index: Dict[str, List[cst.Attribute]] = {}
+            for node in self.c.attributes:
+                index.setdefault(code_of(node.value), []).append(node)
+            self._attributes_by_receiver = index
+        return self._attributes_by_receiver.get(spelling, [])
 
     def bare_unwraps(self, uses: Tuple[ModelUse, ...]) -> Tuple[Tuple[cst.Name, "ModelFact"], ...]:
         """`raw = model._orig_mod if compiled else model`: the bare branch must unwrap too."""
