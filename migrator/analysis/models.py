@@ -231,16 +231,18 @@ def cuda_condition(self, expr: str, anchor: Statement, wrap_after: Statement) ->
     region = body[body.index(anchor) : body.index(wrap_after) + 1]
     moves = [s for r, meth, s in self.c.expr_calls if r == expr and meth == "cuda"]
     moves += [s for t, s in self.c.assignments if t == expr and _calls_cuda(s)]
-    for statement in moves:
-        if not any(statement is top or self.is_inside(statement, top) for top in region):
-            continue
-        guard = next((a for a in self.ancestors(statement) if isinstance(a, cst.If)), None)
-        if guard is None or not any(guard is top or self.is_inside(guard, top) for top in region):
-            return None
-        if not self.is_inside(statement, guard.body) or _is_cuda_available_call(guard.test):
-            return None
-        return code_of(guard.test)
-    return None
+    in_region = [m for m in moves if any(m is top or self.is_inside(m, top) for top in region)]
+    guards = {next((a for a in self.ancestors(m) if isinstance(a, cst.If)), None) for m in in_region}
+    if len(guards) != 1:
+        return None  # no move, or moves under different conditions (if/else arms): nothing simple to say
+    guard = guards.pop()
+    if guard is None or not any(guard is top or self.is_inside(guard, top) for top in region):
+        return None  # an unconditional move
+    if not all(self.is_inside(m, guard.body) for m in in_region) or _is_cuda_available_call(guard.test):
+        return None
+    if any(isinstance(a, cst.If) and any(a is top or self.is_inside(a, top) for top in region) for a in self.ancestors(guard)):
+        return None  # nested conditions: the innermost test alone is not the whole story
+    return code_of(guard.test)
 
 
 def _calls_cuda(statement: cst.CSTNode) -> bool:

@@ -82,7 +82,7 @@ class SaveFlow(FlowBase):
             if isinstance(loop, cst.For) and any(_iterated(loop) == (l.target or "") for l in loaders):
                 loops.add(loop)
         found = []
-        for statement in self.c.log_statements:
+        for statement in [*self.c.log_statements, *self.log_helper_calls()]:
             if self.under_rank_check(statement) or self.runs_shared_code(statement):
                 continue
             if any(self.a.is_inside(statement, loop) for loop in loops) or self.in_loader_function(statement, loaders):
@@ -92,6 +92,21 @@ class SaveFlow(FlowBase):
                 # not once per rank. Those before the setup stay (the rule only guards after it).
                 found.append(statement)
         return tuple(found)
+
+    def log_helper_calls(self) -> List[cst.SimpleStatementLine]:
+        """`log_string("epoch %d" % epoch)`, a function of this file that only logs and prints: its
+        calls are log statements too (PointNet's `def log_string(str): logger.info(str); print(str)`)."""
+        helpers = {fn.name.value for fn in self.c.functions if _only_logs(fn)}  # nested ones too
+        found = []
+        for call in self.c.calls:
+            if not (isinstance(call.func, cst.Name) and call.func.value in helpers):
+                continue
+            statement = self.a.statement_of(call)
+            if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+                small = statement.body[0]
+                if isinstance(small, cst.Expr) and small.value is call:
+                    found.append(statement)
+        return found
 
     def in_loader_function(self, statement: cst.CSTNode, loaders: Tuple[LoaderFact, ...]) -> bool:
         """A print in train()/test(): a function that loops over a loader passed to it."""
@@ -179,3 +194,12 @@ class SaveFlow(FlowBase):
 def _per_rank(statement: cst.CSTNode) -> bool:
     """A message about this process's own state (`print("device:", device)`): every rank says its own."""
     return any("device" in name.value.lower() or "rank" in name.value.lower() for name in descendants(statement, cst.Name))
+
+
+def _only_logs(fn: cst.FunctionDef) -> bool:
+    body = list(fn.body.body) if isinstance(fn.body, cst.IndentedBlock) else []
+    if body and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Expr) and isinstance(
+        body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString)
+    ):
+        body = body[1:]  # the docstring
+    return bool(body) and all(N.is_log_statement(statement) for statement in body)

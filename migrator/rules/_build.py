@@ -39,10 +39,13 @@ def device_ids(facts: ScriptFacts, scope, device_expr=None, cuda_condition=None)
     """
     torch = facts.names.torch
     rank = "local_rank" if facts.local_rank_visible(scope) else f"{torch}.cuda.current_device()"
-    if device_expr:
+    if cuda_condition:
+        # The move itself is conditional: it decides, even where a device variable exists (the tool
+        # may have made one up for bare .cuda() calls, and it does not know the script's flag).
+        nested = " if " in cuda_condition or "lambda" in cuda_condition
+        on_cuda = f"({cuda_condition})" if nested else cuda_condition
+    elif device_expr:
         on_cuda = f'{device_expr}.type == "cuda"'
-    elif cuda_condition:
-        on_cuda = cuda_condition if " " not in cuda_condition.strip() else f"({cuda_condition})"
     else:
         on_cuda = f"{torch}.cuda.is_available()"
     return f"[{rank}] if {on_cuda} else None"

@@ -162,7 +162,13 @@ def _shard(facts: ScriptFacts, plan: Plan, loader: LoaderFact) -> None:
         plan.replace(loader.dataset, lambda _: cst.Name(hoisted))
         dataset = hoisted
     shuffle = _shuffle_expr(loader)
-    inserted += _build.statements(facts, f"{name} = {facts.names.sampler}({dataset}, shuffle={shuffle})\n")
+    if _shuffle_is_parameter(loader):
+        # `def create_dataloader(..., shuffle=True)` builds the evaluation loaders too (shuffle=False):
+        # only the calls that shuffle, the training ones, get a sampler; the others stay whole.
+        sampler = f"{facts.names.sampler}({dataset}) if {shuffle} else None"
+    else:
+        sampler = f"{facts.names.sampler}({dataset}, shuffle={shuffle})"
+    inserted += _build.statements(facts, f"{name} = {sampler}\n")
     # The new lines join the loader's paragraph: its blank lines and comment move above them.
     inserted[0] = inserted[0].with_changes(leading_lines=loader.statement.leading_lines)
     plan.insert_before(loader.statement, inserted)
@@ -178,6 +184,15 @@ def _shard(facts: ScriptFacts, plan: Plan, loader: LoaderFact) -> None:
         plan.need_import("torch.utils.data.distributed", "DistributedSampler")
     line, col = facts.line_col(loader.call)
     plan.changes.append(Change(RULE.code, line, col, f"{loader.target or 'loader'} sharded with a DistributedSampler"))
+
+
+def _shuffle_is_parameter(loader: LoaderFact) -> bool:
+    """`shuffle=shuffle`, a parameter of the helper function that builds the loader."""
+    value = loader.shuffle.value if loader.shuffle is not None else None
+    owner = loader.owner
+    if not isinstance(value, cst.Name) or not isinstance(owner, cst.FunctionDef):
+        return False
+    return value.value in {p.name.value for p in (*owner.params.params, *owner.params.kwonly_params)}
 
 
 def _shuffle_expr(loader: LoaderFact) -> str:

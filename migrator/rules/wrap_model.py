@@ -168,10 +168,29 @@ def _strip_dataparallel(facts: ScriptFacts, plan: Plan, model: ModelFact) -> Non
         else:
             # `model.features = DP(model.features)` or `model = DP(model)`: nothing left to do there.
             plan.replace(site.statement, _remove_statement)
+            _drop_emptied_else(facts, plan, site.statement)
         plan.changes.append(Change(RULE.code, line, col, f"DataParallel removed: {model.expr} is wrapped whole in DDP below"))
     plan.insert_after(model.wrap_after, _wrap_statement(facts, model))
     line, col = facts.line_col(model.wrap_after)
     plan.changes.append(Change(RULE.code, line, col, f"{model.expr} wrapped in DistributedDataParallel"))
+
+
+def _drop_emptied_else(facts: ScriptFacts, plan: Plan, statement) -> None:
+    """`else: model = DP(model)` alone in its branch: the whole `else:` goes, not a `pass` left behind."""
+    block = facts.parents.get(statement)
+    branch = facts.parents.get(block) if block is not None else None
+    owner = facts.parents.get(branch) if branch is not None else None
+    if isinstance(branch, cst.Else) and isinstance(owner, cst.If) and len(block.body) == 1:  # type: ignore[union-attr]
+        plan.replace(owner, lambda node: node.with_changes(orelse=None) if _only_pass(node.orelse) else node)
+
+
+def _only_pass(branch) -> bool:
+    if not isinstance(branch, cst.Else) or not isinstance(branch.body, cst.IndentedBlock):
+        return False
+    body = branch.body.body
+    return not body or (
+        len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) and all(isinstance(s, cst.Pass) for s in body[0].body)
+    )
 
 
 def _remove_statement(statement):
