@@ -11,6 +11,7 @@ import libcst as cst
 from migrator import names as N
 from migrator.analysis.facts import EntryPoint, ModelFact
 from migrator.analysis.helpers import Block, Statement, _called_names, _referenced_names
+from migrator.tree import descendants
 
 
 # -- entry point -------------------------------------------------------------------
@@ -29,7 +30,7 @@ def entry_point(self, guard: Optional[cst.If], models: Tuple[ModelFact, ...]) ->
     for statement in launch_block.body:
         if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             continue
-        for name in _called_names(statement):
+        for name in _called_names(statement) + _handed_over_names(statement):
             target = functions.get(name)
             if isinstance(target, cst.FunctionDef) and self.reaches(target, sites, functions, set()):
                 if self.holds_loop(statement):
@@ -39,6 +40,16 @@ def entry_point(self, guard: Optional[cst.If], models: Tuple[ModelFact, ...]) ->
                     return self.entry_in_block(kind, launch_block, None)
                 return self.entry_in_block("function", target.body, statement)  # type: ignore[arg-type]
     return None
+
+def _handed_over_names(statement: cst.CSTNode) -> list:
+    """`fire.Fire(demo)`, `typer.run(main)`: a function handed to a CLI runner, which calls it."""
+    return [
+        arg.value.value
+        for call in descendants(statement, cst.Call)
+        for arg in call.args
+        if isinstance(arg.value, cst.Name) and arg.keyword is None
+    ]
+
 
 def import_time_model(self, guard: Optional[cst.If], models: Tuple[ModelFact, ...]) -> Optional[Statement]:
     """A model built at module level although the module has a main guard.
