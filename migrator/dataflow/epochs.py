@@ -71,7 +71,8 @@ class EpochFlow(FlowBase):
 
     def counted_while_hook(self, node: cst.CSTNode, spelled: str) -> Optional[EpochHook]:
         """`while True: cur_epochs += 1; for batch in loader: ...` (DeepLab-style iteration loops):
-        the counter the loop keeps is its epoch, and set_epoch goes right after it is advanced."""
+        the counter the loop keeps is its epoch, and set_epoch goes right after it is advanced;
+        without one, each turn of the while loop is a pass and the sampler counts it."""
         fn = self.a.enclosing_function(node)
         for anc in self.a.ancestors(node):
             if anc is fn or isinstance(anc, cst.For):
@@ -83,6 +84,10 @@ class EpochFlow(FlowBase):
                     counter = _counter_increment(statement)
                     if counter is not None:
                         return EpochHook(anc, spelled, counter, after=statement)  # type: ignore[arg-type]
+                if isinstance(node, cst.For) and self.a.parent(node) is anc.body:
+                    # `while i <= train_iters: for batch in loader: ...`: each turn is one pass over the
+                    # data, with no counter of its own: the sampler advances its own epoch.
+                    return EpochHook(anc, spelled, None)
                 return None
         return None
 

@@ -413,15 +413,17 @@ NO_EPOCH_LOOP = Rule(
     name="no-epoch-loop",
     summary="no epoch loop drives this sharded loader: call sampler.set_epoch(...) whenever a new pass starts",
     what="""
-The loader was sharded but the loop over it is not inside a `for epoch in ...` loop the tool can
-find (a `while True:` step loop, or a single pass).""",
+The loader was sharded but no pass over it could be tied to an epoch: it is not iterated inside a
+`for epoch in ...` loop, a `while` loop (whose turns, or `cur_epochs += 1` counter, are the
+epochs), or restarted with `iter(loader)` on `StopIteration` (each restart is a pass): a single
+pass, an iterator drawn from by a step loop, or a loop in another function called from a `while`.""",
     why="Without set_epoch the DistributedSampler repeats the same order on every pass.",
     fix="Count passes over the loader and call `loader.sampler.set_epoch(pass_index)` before each one.",
     fix_safety="Not fixable automatically.",
     fixable=False,
     examples=(
         Example(
-            id="while-true",
+            id="one-pass-iterator",
             before='''import torch
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -431,14 +433,11 @@ def main():
     loader = DataLoader(data, batch_size=8, shuffle=True)
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    step = 0
-    while True:
-        for x, y in loader:
-            torch.nn.functional.mse_loss(model(x), y).backward()
-            optimizer.step()
-            step += 1
-        if step >= 20:
-            break
+    batches = iter(loader)
+    for step in range(20):
+        x, y = next(batches)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
 
 
 if __name__ == "__main__":
@@ -464,14 +463,11 @@ def main():
     model = torch.nn.Linear(4, 1)
     model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    step = 0
-    while True:
-        for x, y in loader:
-            torch.nn.functional.mse_loss(model(x), y).backward()
-            optimizer.step()
-            step += 1
-        if step >= 20:
-            break
+    batches = iter(loader)
+    for step in range(min(20, len(loader))):
+        x, y = next(batches)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
 
 
 if __name__ == "__main__":
