@@ -102,6 +102,8 @@ class FlowBase:
         # `pbar = tqdm(train_loader)`: a name standing for a loader (its loops are the loader's).
         self.loader_aliases: Dict[str, str] = {}
         self._attributes_by_receiver: Optional[Dict[str, List[cst.Attribute]]] = None
+        self._instances: Optional[Dict[Tuple[object, str], cst.BaseExpression]] = None
+        self._wrapping: Optional[Dict[str, List[Tuple[str, cst.SimpleStatementLine]]]] = None
         self.optimizer_names = self._optimizer_names()
 
     # -- small helpers -------------------------------------------------------------------
@@ -139,7 +141,14 @@ class FlowBase:
 
     def instance_class(self, name: str, owner: ScopeOwner) -> Optional[cst.ClassDef]:
         """The class of this file that `name = Cls(...)` instantiates in `owner`."""
-        value = self.assigned_value(name, owner)
+        if self._instances is None:
+            # One pass over the assignments: (owner, name) -> the first value assigned there.
+            self._instances = {}
+            for target, statement in self.c.assignments:
+                small = statement.body[0]
+                if isinstance(small, cst.Assign):
+                    self._instances.setdefault((self.a.scope_of(statement), target), small.value)
+        value = self._instances.get((owner, name))
         if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
             return self.classes.get(value.func.value)
         return None

@@ -152,12 +152,19 @@ class LoaderFlow(EpochFlow):
     def progress_aliases(self, expr: str, scope: cst.CSTNode) -> List[str]:
         """`pbar = tqdm(train_loader, ...)` / `batches = enumerate(train_loader)`: names whose loops
         are loops over the loader (an `iter(...)` is a stream, followed by loops_over itself)."""
+        if self._wrapping is None:
+            # One pass: every `name = wrapper(<loader>, ...)` assignment, by what it wraps.
+            self._wrapping = {}
+            for target, statement in self.c.assignments:
+                value = getattr(statement.body[0], "value", None)
+                if not isinstance(value, cst.Call) or N.is_name(value.func, "iter") or "." in target or "," in target:
+                    continue
+                wrapped = _wrapped(value)
+                if wrapped is not None:
+                    self._wrapping.setdefault(wrapped, []).append((target, statement))
         found = []
-        for target, statement in self.c.assignments:
-            value = getattr(statement.body[0], "value", None)
-            if not isinstance(value, cst.Call) or N.is_name(value.func, "iter") or "." in target or "," in target:
-                continue
-            if _wrapped(value) == expr and self.a.is_inside(statement, scope):
+        for target, statement in self._wrapping.get(expr, ()):
+            if self.a.is_inside(statement, scope):
                 self.loader_aliases[target] = expr
                 found.append(target)
         return found

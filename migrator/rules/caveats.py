@@ -201,10 +201,9 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
     # as it is: there, a sharded evaluation loader is reported only when nothing in the file
     # combines the ranks' results, and rank checks are left alone (each is deliberate far more
     # often than it is a hang).
-    combines = _combines_ranks(facts.module)
     for loader in facts.loaders:
         if not loader.training and loader.distributed_sampler:
-            if migrating or (not combines and _iterated_here(facts.module, loader.target)):
+            if migrating or (_iterated_here(facts.module, loader.target) and not _combines_ranks(facts.module)):
                 _report(facts, plan, EVAL_SHARDED, loader.call)
     for node in facts.rank_divergent:
         # In code that already runs distributed, only a collective behind the check is evidence
