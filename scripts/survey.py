@@ -133,7 +133,11 @@ def _classify_training(category: str, source: str, result: Result) -> Row:
         declines = [d for d in result.diagnostics if d.code.startswith("DDP1")]
         detail = f"line {declines[0].line}: {declines[0].message}" if declines else ""
         return dataclasses.replace(row, outcome="DECLINED" if declines else "SILENT", detail=detail)
-    exempt = enclosing_functions(ast.parse(source), [d.line for d in result.diagnostics if d.code == "DDP111"])
+    try:
+        original_tree = ast.parse(source)
+    except SyntaxError:  # `x.cuda(async=True)`: Python 3 cannot read it; the engine repaired it (DDP017)
+        original_tree = ast.Module(body=[], type_ignores=[])
+    exempt = enclosing_functions(original_tree, [d.line for d in result.diagnostics if d.code == "DDP111"])
     wrong = broken_output(result.code, exempt_functions=exempt)
     if wrong:
         return dataclasses.replace(row, outcome="WRONG", detail="; ".join(wrong))

@@ -301,9 +301,15 @@ def evaluation(assignment: Optional[ast.AST]) -> bool:
     return any(word in ast.unparse(t).lower() for t in targets for word in EVAL_WORDS)
 
 
+def _shuffle_false(call: ast.Call) -> bool:
+    return any(k.arg == "shuffle" and isinstance(k.value, ast.Constant) and k.value.value is False for k in call.keywords)
+
+
 def set_epoch_problems(tree: ast.AST) -> Problems:
-    """A file that builds a DistributedSampler calls set_epoch somewhere."""
-    if not any(calls(tree, "DistributedSampler")) or any(calls(tree, "set_epoch")):
+    """A file that builds a shuffling DistributedSampler calls set_epoch somewhere (with
+    `shuffle=False` the order never changes, and set_epoch has nothing to do)."""
+    shuffling = [c for c in calls(tree, "DistributedSampler") if not _shuffle_false(c)]
+    if not shuffling or any(calls(tree, "set_epoch")):
         return []
     return ["DistributedSampler built but set_epoch never called"]
 

@@ -188,6 +188,8 @@ def test_set_epoch_problems():
     assert problems(checks.set_epoch_problems, "loader = DataLoader(ds)\n") == []
     with_set_epoch = "s = DistributedSampler(ds)\nfor epoch in range(3):\n    s.set_epoch(epoch)\n"
     assert problems(checks.set_epoch_problems, with_set_epoch) == []
+    # A sampler that never shuffles has no order for set_epoch to change.
+    assert problems(checks.set_epoch_problems, "s = DistributedSampler(ds, shuffle=False)\n") == []
     assert problems(checks.set_epoch_problems, "s = DistributedSampler(ds)\nfor epoch in range(3):\n    pass\n")
 
 

@@ -92,8 +92,12 @@ def trained_models(self, dp_sites, ddp_targets: Set[str]) -> Tuple[ModelFact, ..
                 if (s.target == expr or (s.target or "").startswith(expr + ".")) and self.same_scope(s.statement, definition)
             ]
             anchor = self.branch_anchor(definition) if definition is not None else None
-            wrap_after = self.last_preparation(expr, anchor) if anchor is not None else None
             stripped = self.nested_sites(sites, definition, anchor)
+            plain_dp = None if stripped else next((s for s in sites if s.target == expr), None)
+            # An unconditional DataParallel keeps its `module.` keys (see DDP014); a conditional one does not.
+            keyed = plain_dp is not None and plain_dp.conditional is None and anchor is not None
+            keyed_from = self.top_statement_in(plain_dp.statement, self.block_of(anchor)) if keyed else None  # type: ignore[union-attr]
+            wrap_after = self.last_preparation(expr, anchor, keyed_from) if anchor is not None else None
             if stripped:
                 wrap_after = self.after_branches(stripped, anchor, wrap_after)
             dp = None if stripped else next((s for s in sites if s.target == expr), None)
@@ -385,13 +389,17 @@ def holds_training(self, statement: Statement) -> bool:
                 return True
     return False
 
-def last_preparation(self, expr: str, definition: Statement) -> Statement:
+def last_preparation(self, expr: str, definition: Statement, keyed_from: Optional[Statement] = None) -> Statement:
     """The last statement, before training starts, that still prepares the model.
 
     Walks forward from the definition to the first loop (training) or return; statements
     that move, compile, load or re-assign the model, also inside `if`/`with`/`try` blocks
     (`if args.resume: model.load_state_dict(...)`), push the wrap further down: DDP must see the
     model on its final device, and checkpoints load into it without a `module.` prefix.
+
+    `keyed_from`: the statement of a DataParallel script's `model = DataParallel(model)`. Checkpoints
+    loaded after it carry DataParallel's `module.` keys (and the script saves them so): they must
+    load into the wrapper, so loads after that line do not push the wrap down; moves still do.
     """
     block = self.block_of(definition)
     body = list(block.body)  # type: ignore[union-attr]
@@ -401,7 +409,8 @@ def last_preparation(self, expr: str, definition: Statement) -> Statement:
             continue  # defined here, run later: neither a preparation nor training
         if _returns(statement) or self.starts_training(statement, expr):
             break
-        if self.prepares(statement, expr):
+        keyed = keyed_from is not None and (statement is keyed_from or self.comes_after(statement, keyed_from))
+        if self.prepares(statement, expr, loads=not keyed):
             last = statement
     return last
 
@@ -432,14 +441,17 @@ def calls_training_function(self, statement: cst.SimpleStatementLine) -> bool:
             return True
     return False
 
-def prepares(self, statement: Statement, expr: str) -> bool:
+def prepares(self, statement: Statement, expr: str, loads: bool = True) -> bool:
     if isinstance(statement, cst.SimpleStatementLine):
         inside = lambda s: s is statement  # noqa: E731
     else:
         inside = lambda s: self.is_inside(s, statement)  # noqa: E731
     if any(t == expr and inside(s) for t, s in self.c.assignments):
         return True
-    return any(r == expr and _prepares_model(meth) and inside(s) for r, meth, s in self.c.expr_calls)
+    return any(
+        r == expr and _prepares_model(meth) and (loads or not meth.startswith("load")) and inside(s)
+        for r, meth, s in self.c.expr_calls
+    )
 
 
 # nn.Module methods: an argument called with one of these is a model.

@@ -148,6 +148,13 @@ def _replace_dataparallel(facts: ScriptFacts, plan: Plan, model: ModelFact, site
     new = _wrap_statement(facts, model, inner)
     if model.wrap_after is holder:
         plan.replace(holder, lambda updated: new[0].with_changes(leading_lines=updated.leading_lines))
+    elif inner != model.expr and site.conditional is None:
+        # `model = DP(build()).cuda()` and the model is still moved after it: the line keeps building
+        # (and moving) the model, unwrapped; the wrap goes after the last move and names the variable,
+        # never running the constructor again.
+        kept = _build.statements(facts, f"{model.expr} = {inner}\n")[0]
+        plan.replace(holder, lambda updated: kept.with_changes(leading_lines=updated.leading_lines))
+        plan.insert_after(model.wrap_after, _wrap_statement(facts, model))
     else:
         # The model is still moved or loaded after the DataParallel line: wrap after that instead.
         plan.replace(holder, lambda _: cst.RemoveFromParent())
