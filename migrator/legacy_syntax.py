@@ -59,7 +59,7 @@ def main():
         torch.cuda.set_device(local_rank)
     dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
     model = torch.nn.Linear(4, 1)
-    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    model = DDP(model, device_ids=None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(2):
         x = torch.randn(8, 4).cuda(non_blocking=True) if torch.cuda.is_available() else torch.randn(8, 4)

@@ -63,6 +63,7 @@ class ModelFact:
     rebound: Tuple[Statement, ...] = ()  # later `model = ...` (a reloaded model): wrapped again there
     # `if args.cuda: model.cuda()`: the model is on a GPU only when this holds (DDP's device_ids follow it)
     cuda_condition: Optional[str] = None
+    moved: bool = True  # False: nothing moves it to a device before the wrap (it stays on the CPU)
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,7 @@ def trained_models(self, dp_sites, ddp_targets: Set[str]) -> Tuple[ModelFact, ..
                 scope=self.scope_of(definition) if definition is not None else None,
                 device_expr=self.device_expr_at(definition, typed=True) if definition is not None else None,
                 cuda_condition=self.cuda_condition(expr, anchor, wrap_after) if anchor is not None else None,
+                moved=self.moved_before_wrap(definition, anchor, wrap_after) if anchor is not None else True,
             )
     return tuple(models.values())
 
@@ -284,6 +285,21 @@ def _assigned_from(assign: cst.Assign, target: str) -> Optional[str]:
             if target in names and len(names) == len(values):
                 return values[names.index(target)]
     return None
+
+
+def moved_before_wrap(self, definition: Statement, anchor: Statement, wrap_after: Statement) -> bool:
+    """Is anything moved to a device (`.to(...)`, `.cuda()`) from the model's definition to its wrap,
+    or does a helper build it (`build_model(cfg, device)`: it may move it)? When neither, the model
+    stays where the file builds it, on the CPU."""
+    block = self.block_of(anchor)
+    body = list(block.body) if block is not None else []  # type: ignore[union-attr]
+    if anchor not in body or wrap_after not in body:
+        return True
+    region = body[body.index(anchor) : body.index(wrap_after) + 1]
+    if any(attribute_name(c.func) in N.MOVE_METHODS for top in region for c in descendants(top, cst.Call)):
+        return True
+    return any(isinstance(arg.value, cst.Name) and "device" in arg.value.value.lower()
+               for c in descendants(definition, cst.Call) for arg in c.args)
 
 
 def owning_model(self, expr: str, update: cst.Call) -> Tuple[str, Optional[cst.SimpleStatementLine]]:

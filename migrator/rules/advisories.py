@@ -246,7 +246,7 @@ def main():
     weights = torch.where(data.tensors[1] == 1, 4.0, 1.0)
     loader = DataLoader(data, batch_size=8, sampler=WeightedRandomSampler(weights, len(weights)))
     model = torch.nn.Linear(4, 2)
-    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    model = DDP(model, device_ids=None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(2):
         for x, y in loader:
@@ -322,7 +322,7 @@ def main():
     dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
     loader = DataLoader(Stream(), batch_size=8)
     model = torch.nn.Linear(4, 1)
-    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    model = DDP(model, device_ids=None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(2):
         for x, y in loader:
@@ -388,7 +388,7 @@ def main():
     data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
     loaders = {"train": DataLoader(data, batch_size=8, shuffle=True)}
     model = torch.nn.Linear(4, 1)
-    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    model = DDP(model, device_ids=None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(2):
         for x, y in loaders["train"]:
@@ -461,7 +461,7 @@ def main():
     sampler = DistributedSampler(data, shuffle=True)
     loader = DataLoader(data, batch_size=8, sampler=sampler)
     model = torch.nn.Linear(4, 1)
-    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    model = DDP(model, device_ids=None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     batches = iter(loader)
     for step in range(min(20, len(loader))):
@@ -536,7 +536,7 @@ def main():
         torch.cuda.set_device(local_rank)
     dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
     model = torch.nn.Linear(4, 4)
-    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    model = DDP(model, device_ids=None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(2):
         model(torch.randn(8, 4)).sum().backward()
@@ -612,7 +612,7 @@ def main():
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
     dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
-    model = DDP(nn.Linear(4, 2), device_ids=[local_rank] if torch.cuda.is_available() else None)
+    model = DDP(nn.Linear(4, 2), device_ids=None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(2):
         model(torch.randn(8, 4)).sum().backward()
@@ -726,7 +726,7 @@ def main(epochs):
         torch.cuda.set_device(local_rank)
     dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
     model = torch.nn.Linear(4, 1)
-    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    model = DDP(model, device_ids=None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(epochs):
         model(torch.randn(8, 4)).sum().backward()

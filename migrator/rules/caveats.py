@@ -59,7 +59,7 @@ def main():
     sampler = DistributedSampler(data, shuffle=True)
     loader = DataLoader(data, batch_size=16, sampler=sampler)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 1))
-    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    model = DDP(model, device_ids=None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(2):
         sampler.set_epoch(epoch)

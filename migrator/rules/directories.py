@@ -63,7 +63,7 @@ def main():
     if not os.path.exists(out):
         os.makedirs(out, exist_ok=True)
     model = torch.nn.Linear(4, 1)
-    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    model = DDP(model, device_ids=None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(2):
         model(torch.randn(8, 4)).sum().backward()

@@ -76,7 +76,7 @@ def main():
     train_loader = DataLoader(train_set, batch_size=8, sampler=train_sampler)
     val_loader = DataLoader(train_set, batch_size=8)
     model = torch.nn.Linear(4, 1)
-    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    model = DDP(model, device_ids=None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(2):
         train_sampler.set_epoch(epoch)

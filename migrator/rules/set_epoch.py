@@ -78,7 +78,7 @@ def main():
     sampler = DistributedSampler(data, shuffle=True)
     loader = DataLoader(data, batch_size=8, sampler=sampler)
     model = torch.nn.Linear(4, 1)
-    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    model = DDP(model, device_ids=None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(3):
         sampler.set_epoch(epoch)

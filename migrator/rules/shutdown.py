@@ -51,7 +51,7 @@ if __name__ == "__main__":
     dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
     try:
         model = torch.nn.Linear(4, 2)
-        model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+        model = DDP(model, device_ids=None)
         optimizer = torch.optim.Adam(model.parameters())
         model(torch.randn(8, 4)).sum().backward()
         optimizer.step()

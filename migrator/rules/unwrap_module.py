@@ -62,7 +62,7 @@ def main():
     dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
     model = torch.nn.Linear(4, 1)
     model.load_state_dict(torch.load("pretrained.pt", map_location="cpu"))
-    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    model = DDP(model, device_ids=None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(3):
         model(torch.randn(8, 4)).sum().backward()
@@ -154,7 +154,7 @@ def main():
         torch.cuda.set_device(local_rank)
     dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
     model = Encoder()
-    model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+    model = DDP(model, device_ids=None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(2):
         model.train()

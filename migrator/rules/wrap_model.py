@@ -121,7 +121,12 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
 
 
 def _wrap_statement(facts: ScriptFacts, model: ModelFact, inner: str = "") -> list:
-    text = WRAP.format(target=model.expr, ddp=facts.names.ddp, device_ids=_build.device_ids(facts, model.scope, model.device_expr, model.cuda_condition))
+    if model.moved or model.device_expr or model.cuda_condition:
+        device_ids = _build.device_ids(facts, model.scope, model.device_expr, model.cuda_condition)
+    else:
+        # Nothing moves it: it stays on the CPU even on a GPU machine, where DDP refuses device_ids.
+        device_ids = "None"
+    text = WRAP.format(target=model.expr, ddp=facts.names.ddp, device_ids=device_ids)
     statements = _build.statements(facts, text)
     if inner:
         statements = [_with_inner(statements[0], inner)]
