@@ -15,13 +15,15 @@ class Example:
     """A small script and what the rule makes of it.
 
     `after is None` means the rule must leave the source unchanged; `diagnostics`
-    lists codes that must then be reported.
+    lists codes that must then be reported. `fires=False` marks a case where other rules migrate
+    the script but this one must not touch it (Fixit's "valid" examples).
     """
 
     id: str
     before: str
     after: Optional[str] = None
     diagnostics: Tuple[str, ...] = ()
+    fires: bool = True
 
 
 @dataclass(frozen=True)
@@ -59,4 +61,8 @@ class Rule:
             parts += ["", "## Example", fence, example.before.rstrip(), "```"]
             if example.after is not None:
                 parts += ["", "Use instead:", fence, example.after.rstrip(), "```"]
+        quiet = [e for e in self.examples[1:] if not e.fires]
+        for example in quiet[:1]:
+            fence = f"```{self.example_language}"
+            parts += ["", "## Where it does not apply", fence, example.before.rstrip(), "```"]
         return "\n".join(parts) + "\n"

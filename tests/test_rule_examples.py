@@ -24,8 +24,11 @@ def test_rule_example(rule, example):
         assert _run(rule, result.code).code == result.code, "second run must change nothing"
     reported = {d.code for d in result.diagnostics}
     assert set(example.diagnostics) <= reported
-    if example.after is not None and example.after != example.before:
-        assert rule.code in {c.code for c in result.changes} | reported
+    fired = {c.code for c in result.changes} | reported
+    if not example.fires:
+        assert rule.code not in fired, "a 'must not fire' example"
+    elif example.after is not None and example.after != example.before:
+        assert rule.code in fired
 
 
 def test_every_rule_has_an_example():

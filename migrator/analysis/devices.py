@@ -32,8 +32,30 @@ def device_literal(self, node: cst.SimpleString) -> Optional[DeviceLiteral]:
                 return DeviceLiteral(node, conditional, scope, device_expr=device)  # type: ignore[arg-type]
         return None
     if isinstance(arg, cst.Assign) and any("device" in code_of(t.target) for t in arg.targets):
-        return DeviceLiteral(node, conditional, scope)  # type: ignore[arg-type]
+        compared = any(code_of(t.target) in compared_with_cuda(self) for t in arg.targets)
+        return DeviceLiteral(node, conditional, scope, compared=compared)  # type: ignore[arg-type]
     return None
+
+
+def compared_with_cuda(self) -> frozenset:
+    """Names compared with a "cuda" string (`if device == "cuda":`): their value must stay "cuda".
+
+    Rewriting such a device to `f"cuda:{local_rank}"` would turn the comparison false on every rank
+    (cudnn.benchmark off, a DataParallel branch skipped, a pin_memory flag lost)."""
+    cached = getattr(self, "_compared_with_cuda", None)
+    if cached is not None:
+        return cached
+    found = set()
+    for string in self.c.device_strings:
+        holder = self.parent(string)
+        if isinstance(holder, cst.ComparisonTarget):  # device == "cuda"
+            comparison = self.parent(holder)
+            if isinstance(comparison, cst.Comparison):
+                found.add(code_of(comparison.left))
+        elif isinstance(holder, cst.Comparison) and holder.left is string:  # "cuda" == device
+            found.update(code_of(target.comparator) for target in holder.comparisons)
+    self._compared_with_cuda = frozenset(found)
+    return self._compared_with_cuda
 
 def is_torch_device_call(self, value: Optional[cst.CSTNode]) -> bool:
     return isinstance(value, cst.Call) and bool(self.c.qnames(value.func) & N.TORCH_DEVICE)

@@ -75,6 +75,7 @@ class DeviceLiteral:
     scope: ScopeOwner
     device_call: Optional[cst.Call] = None  # torch.device("cuda", 0): the call whose index argument goes
     device_expr: Optional[str] = None  # `.to("cuda")` with a device variable in reach: use it instead
+    compared: bool = False  # the variable it is assigned to is compared with "cuda" somewhere
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ RULE = Rule(
     what="""
 Rewrites the script's device to this process's GPU: `torch.device("cuda")`, `"cuda:0"` and
 `"cuda" if torch.cuda.is_available() else "cpu"` become `f"cuda:{local_rank}"` with a CPU
-fallback; unconditional `x.cuda()` / `x.cuda(0)` become `x.to(device)`. Calls already guarded by a
+fallback (a device string the script compares with `"cuda"` stays `"cuda"`: after `set_device`
+it is this process's GPU, and `if device == "cuda":` stays true); unconditional `x.cuda()` / `x.cuda(0)` become `x.to(device)`. Calls already guarded by a
 CUDA check (`if args.cuda: model.cuda()`) are left as they are: after
 `torch.cuda.set_device(local_rank)` they land on the right GPU.""",
     why="""
@@ -63,6 +64,46 @@ if __name__ == "__main__":
         dist.destroy_process_group()
 ''',
         ),
+        Example(
+            id="compared-string-stays-cuda",
+            fires=False,
+            before='''import torch
+import torch.backends.cudnn as cudnn
+
+if __name__ == "__main__":
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = torch.nn.Linear(4, 2).to(device)
+    if device == "cuda":
+        cudnn.benchmark = True
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.randn(8, 4, device=device)).sum().backward()
+    optimizer.step()
+''',
+            after='''import torch
+import torch.backends.cudnn as cudnn
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+if __name__ == "__main__":
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    try:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model = torch.nn.Linear(4, 2).to(device)
+        model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+        if device == "cuda":
+            cudnn.benchmark = True
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(torch.randn(8, 4, device=device)).sum().backward()
+        optimizer.step()
+    finally:
+        dist.destroy_process_group()
+''',
+        ),
     ),
 )
 
@@ -85,10 +126,12 @@ def _plan_literal(facts: ScriptFacts, plan: Plan, literal: DeviceLiteral) -> Non
     if literal.device_expr is not None:
         text = literal.device_expr  # .to("cuda") -> .to(device)
     else:
-        if facts.local_rank_visible(literal.scope):
+        if facts.local_rank_visible(literal.scope) and not literal.compared:
             text = f"f{quote}cuda:{{local_rank}}{quote}"
         else:
-            text = f"{quote}cuda{quote}"  # the current device, which set_device made this process's GPU
+            # The current device, which set_device made this process's GPU; also what keeps
+            # `if device == "cuda":` true.
+            text = f"{quote}cuda{quote}"
         if not literal.conditional:
             text = f"{text} if {facts.names.torch}.cuda.is_available() else {quote}cpu{quote}"
     if literal.node.value == text:
