@@ -77,6 +77,8 @@ PREPARE_METHODS = MOVE_METHODS | frozenset(
 
 _NOT_OPTIMIZERS = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
 _CUDA_DEVICE = re.compile(r"""^[rRuU]?(['"])cuda(:\d+)?\1$""")
+# "cuda:{}".format(i), "cuda:%d" % i: a device string whose GPU index comes from the script.
+_CUDA_TEMPLATE = re.compile(r"""^[rRuU]?(['"])cuda:(\{0?\}|%[dis])\1$""")
 _CPU_DEVICE = re.compile(r"""^[rRuU]?(['"])cpu\1$""")
 
 _MAIN_STRING = re.compile(r"^['\"]__main__['\"]$")
@@ -107,8 +109,27 @@ def is_optimizer_helper(func: cst.BaseExpression) -> bool:
     return lowered.endswith(("optimizer", "optimizers", "optim")) and lowered.startswith(("get_", "build_", "make_", "create_", "init_"))
 
 
+SET_DEVICE = frozenset({"torch.cuda.set_device"})
+
+
 def is_cuda_string(node: cst.SimpleString) -> bool:
     return bool(_CUDA_DEVICE.match(node.value))
+
+
+def is_cuda_template(node: cst.SimpleString) -> bool:
+    return bool(_CUDA_TEMPLATE.match(node.value))
+
+
+def is_cuda_fstring(node: cst.FormattedString) -> bool:
+    """f"cuda:{i}" with an index other than the setup's `local_rank`."""
+    parts = node.parts
+    return (
+        len(parts) == 2
+        and isinstance(parts[0], cst.FormattedStringText)
+        and parts[0].value == "cuda:"
+        and isinstance(parts[1], cst.FormattedStringExpression)
+        and not is_name(parts[1].expression, "local_rank")
+    )
 
 
 def is_cpu_string(node: cst.BaseExpression) -> bool:

@@ -29,6 +29,7 @@ class _Collector(NameIndex):
         self.optimizer_helpers: List[cst.Call] = []  # `get_optimizer(cfg, model)`: built by the project's code
         self.cuda_calls: List[cst.Call] = []
         self.device_strings: List[cst.SimpleString] = []
+        self.cuda_templates: List[cst.CSTNode] = []  # "cuda:{}".format(i), "cuda:%d" % i, f"cuda:{i}"
         self.main_guards: List[cst.If] = []
         self.assignments: List[Tuple[str, cst.SimpleStatementLine]] = []
         self.expr_calls: List[Tuple[str, str, cst.SimpleStatementLine]] = []  # (receiver, method, statement)
@@ -94,10 +95,14 @@ class _Collector(NameIndex):
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         if N.is_cuda_string(node):
             self.device_strings.append(node)
+        elif N.is_cuda_template(node):
+            self.cuda_templates.append(node)
         elif N.LAUNCH_MODULES_TEXT in node.value:
             self.launch_strings.append(node)
 
     def visit_FormattedString(self, node: cst.FormattedString) -> None:
+        if N.is_cuda_fstring(node):
+            self.cuda_templates.append(node)
         if any(N.LAUNCH_MODULES_TEXT in getattr(part, "value", "") for part in node.parts):
             self.launch_strings.append(node)
 

@@ -9,7 +9,7 @@ from typing import List, Optional, Tuple
 import libcst as cst
 
 from migrator import names as N
-from migrator.analysis.facts import CudaCall, DeviceLiteral, EntryPoint
+from migrator.analysis.facts import CudaCall, DeviceLiteral, EntryPoint, GpuIndex
 from migrator.analysis.helpers import Statement, _strings_in, code_of
 
 
@@ -56,6 +56,34 @@ def compared_with_cuda(self) -> frozenset:
             found.update(code_of(target.comparator) for target in holder.comparisons)
     self._compared_with_cuda = frozenset(found)
     return self._compared_with_cuda
+
+def gpu_indexes(self) -> Tuple[GpuIndex, ...]:
+    """Where the script picks a GPU by index: set_device calls and "cuda:<index>" strings."""
+    found = []
+    for call in self.calls(N.SET_DEVICE):
+        if call.args and not N.is_name(call.args[0].value, "local_rank"):
+            found.append(GpuIndex(call.args[0].value, self.scope_of(call), set_device=True))  # type: ignore[arg-type]
+    for template in self.c.cuda_templates:
+        whole = _formatted_device(self, template)
+        if whole is not None:
+            found.append(GpuIndex(whole, self.scope_of(template), set_device=False))  # type: ignore[arg-type]
+    return tuple(found)
+
+
+def _formatted_device(self, template: cst.CSTNode) -> Optional[cst.BaseExpression]:
+    """The expression that formats the index into `template`, or None for a template that is
+    only stored (a format string kept for later use is left alone)."""
+    if isinstance(template, cst.FormattedString):
+        return template
+    parent = self.parent(template)
+    if isinstance(parent, cst.Attribute) and parent.attr.value == "format":
+        call = self.parent(parent)
+        if isinstance(call, cst.Call) and call.func is parent and len(call.args) == 1:
+            return call
+    if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Modulo) and parent.left is template:
+        return parent
+    return None
+
 
 def is_torch_device_call(self, value: Optional[cst.CSTNode]) -> bool:
     return isinstance(value, cst.Call) and bool(self.c.qnames(value.func) & N.TORCH_DEVICE)

@@ -79,6 +79,16 @@ class DeviceLiteral:
 
 
 @dataclass(frozen=True)
+class GpuIndex:
+    """A GPU picked by the script: `torch.cuda.set_device(args.gpu)`, `"cuda:{}".format(args.gpu)`,
+    `f"cuda:{gpu}"`. Under torchrun every rank would pick the same one."""
+
+    node: cst.CSTNode  # the index argument of set_device, or the whole device-string expression
+    scope: ScopeOwner
+    set_device: bool  # node is set_device's argument (replaced by `local_rank`, not by a string)
+
+
+@dataclass(frozen=True)
 class CudaCall:
     """`x.cuda(...)` on a tensor or module."""
 
@@ -175,6 +185,7 @@ class ScriptFacts:
     other_dataparallel: Tuple[DataParallelSite, ...]  # elsewhere (inference code): left, and reported
     device_literals: Tuple[DeviceLiteral, ...]
     cuda_calls: Tuple[CudaCall, ...]
+    gpu_indexes: Tuple[GpuIndex, ...]
     import_time_model: Optional[Statement]  # a model built at import time of a module with a main guard
     device_var_needed: bool  # the setup must define `device` (unguarded .cuda() with no device variable)
     device_var: Optional[str]  # the device variable of the entry scope, if the script has one

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from migrator.analysis import CudaCall, DeviceLiteral, ScriptFacts
+from migrator.analysis import CudaCall, DeviceLiteral, GpuIndex, ScriptFacts
 from migrator.edits import Plan
 from migrator.rule import Example, Rule
 from migrator.rules import _build
@@ -119,6 +119,24 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
         _plan_literal(facts, plan, literal)
     for call in facts.cuda_calls:
         _plan_cuda_call(facts, plan, call)
+    for index in facts.gpu_indexes:
+        _plan_gpu_index(facts, plan, index)
+
+
+def _plan_gpu_index(facts: ScriptFacts, plan: Plan, index: GpuIndex) -> None:
+    """`set_device(args.gpu)` / `"cuda:{}".format(args.gpu)`: the GPU becomes this process's own."""
+    line, col = facts.line_col(index.node)
+    was = facts.module.code_for_node(index.node)
+    if not facts.local_rank_visible(index.scope):
+        plan.diagnostics.append(Diagnostic(
+            CUDA_CALL_LEFT.code, line, col,
+            f"`{was}` picks the same GPU on every rank and `local_rank` is not in reach here: use LOCAL_RANK",
+        ))
+        return
+    text = "local_rank" if index.set_device else 'f"cuda:{local_rank}"'
+    new = _build.expression(facts, text)
+    plan.replace(index.node, lambda _: new)
+    plan.changes.append(Change(RULE.code, line, col, f"GPU `{was}` becomes this process's GPU (local_rank)"))
 
 
 def _plan_literal(facts: ScriptFacts, plan: Plan, literal: DeviceLiteral) -> None:
