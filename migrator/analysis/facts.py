@@ -64,6 +64,7 @@ class ModelFact:
     # `if args.cuda: model.cuda()`: the model is on a GPU only when this holds (DDP's device_ids follow it)
     cuda_condition: Optional[str] = None
     moved: bool = True  # False: nothing moves it to a device before the wrap (it stays on the CPU)
+    moved_later: Optional[cst.Call] = None  # not moved before the wrap, but by a function it is passed to
 
 
 @dataclass(frozen=True)
@@ -250,6 +251,21 @@ class ScriptFacts:
     def unrewritable_dataparallel(self) -> Tuple[DataParallelSite, ...]:
         """DataParallel that builds a trained model in a shape the tool cannot rewrite: the file is left alone."""
         return self.blocking_dataparallel
+
+    @property
+    def moved_after_wrap(self) -> Tuple[ModelFact, ...]:
+        """Models a callee moves to a device after the point where they would be wrapped: the file is left alone."""
+        return tuple(m for m in self.models if m.moved_later is not None and not m.already_ddp)
+
+    def enclosing_function_name(self, node: cst.CSTNode) -> str:
+        """`Trainer.__init__`, `train`, or `<module>` for the code around `node`."""
+        names = []
+        current: Optional[cst.CSTNode] = node
+        while current is not None:
+            if isinstance(current, (cst.FunctionDef, cst.ClassDef)):
+                names.append(current.name.value)
+            current = self.parents.get(current)
+        return ".".join(reversed(names)) or "<module>"
 
     def local_rank_visible(self, scope: Optional[ScopeOwner]) -> bool:
         """Will the `local_rank` variable written by the setup be visible from `scope`?"""

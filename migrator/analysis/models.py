@@ -101,6 +101,7 @@ def trained_models(self, dp_sites, ddp_targets: Set[str]) -> Tuple[ModelFact, ..
             if stripped:
                 wrap_after = self.after_branches(stripped, anchor, wrap_after)
             dp = None if stripped else next((s for s in sites if s.target == expr), None)
+            moved = self.moved_before_wrap(definition, anchor, wrap_after) if anchor is not None else True
             models[expr] = ModelFact(
                 expr=expr,
                 optimizer_call=call,
@@ -112,7 +113,8 @@ def trained_models(self, dp_sites, ddp_targets: Set[str]) -> Tuple[ModelFact, ..
                 scope=self.scope_of(definition) if definition is not None else None,
                 device_expr=self.device_expr_at(definition, typed=True) if definition is not None else None,
                 cuda_condition=self.cuda_condition(expr, anchor, wrap_after) if anchor is not None else None,
-                moved=self.moved_before_wrap(definition, anchor, wrap_after) if anchor is not None else True,
+                moved=moved,
+                moved_later=None if moved else self.moved_in_callee(expr, definition),
             )
     return tuple(models.values())
 
@@ -300,6 +302,36 @@ def moved_before_wrap(self, definition: Statement, anchor: Statement, wrap_after
         return True
     return any(isinstance(arg.value, cst.Name) and "device" in arg.value.value.lower()
                for c in descendants(definition, cst.Call) for arg in c.args)
+
+
+def moved_in_callee(self, expr: str, definition: Optional[Statement]) -> Optional[cst.Call]:
+    """A model the file never moves before its wrap, moved later by the function it is handed to:
+    `Trainer.__init__(self, model: nn.Module, gpu_id)` doing `self.model = model.to(gpu_id)`.
+
+    A DDP built on CPU parameters that are moved afterwards never sees the moved tensors; the file is
+    declined (DDP104) rather than wrapped in the wrong place."""
+    if definition is None:
+        return None
+    home = self.scope_of(definition)
+    leaf = expr.rsplit(".", 1)[-1]
+    for call in self.c.calls:
+        receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+        if attribute_name(call.func) not in N.MOVE_METHODS or not isinstance(receiver, cst.Name):
+            continue
+        scope = self.scope_of(call)
+        if scope is home or not isinstance(scope, cst.FunctionDef) or receiver.value not in self.c.params.get(scope, ()):
+            continue
+        if receiver.value == leaf or _annotated_module(scope, receiver.value):
+            return call
+    return None
+
+
+def _annotated_module(function: cst.FunctionDef, name: str) -> bool:
+    """Is parameter `name` annotated as a module (`model: torch.nn.Module`, `net: nn.Module`)?"""
+    for param in (*function.params.params, *function.params.kwonly_params, *function.params.posonly_params):
+        if param.name.value == name and param.annotation is not None:
+            return "Module" in code_of(param.annotation.annotation)
+    return False
 
 
 def owning_model(self, expr: str, update: cst.Call) -> Tuple[str, Optional[cst.SimpleStatementLine]]:

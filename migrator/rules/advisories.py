@@ -138,7 +138,10 @@ MODEL_NOT_TRACED = Rule(
     summary="an optimizer trains a model built elsewhere (a function argument); wrap it in DDP where it is built",
     what="""
 The parameters given to an optimizer belong to a model the tool cannot trace to the statement
-that builds it, typically a function parameter (`def fit(model): opt = SGD(model.parameters())`).""",
+that builds it, typically a function parameter (`def fit(model): opt = SGD(model.parameters())`).
+Also a model the script builds on the CPU and hands to a function or class that moves it
+(`Trainer.__init__` doing `self.model = model.to(gpu_id)`): DDP must wrap it after that move, and
+the file is left unchanged rather than wrapped before it.""",
     why="DDP must wrap the model once, where it is built; wrapping a function argument would wrap it at every call.",
     fix="Wrap the model in DistributedDataParallel where it is created.",
     fix_safety="Not fixable automatically.",
@@ -157,6 +160,33 @@ def fit(model):
 
 if __name__ == "__main__":
     fit(torch.nn.Linear(4, 2))
+''',
+            diagnostics=("DDP104",),
+        ),
+        Example(
+            id="moved-by-the-trainer",
+            before='''import torch
+
+
+class Trainer:
+    def __init__(self, model: torch.nn.Module, optimizer, gpu_id: int):
+        self.model = model.to(gpu_id)
+        self.optimizer = optimizer
+
+    def train(self, steps):
+        for _ in range(steps):
+            self.model(torch.randn(2, 4)).sum().backward()
+            self.optimizer.step()
+
+
+def load_objects():
+    model = torch.nn.Linear(4, 2)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+if __name__ == "__main__":
+    model, optimizer = load_objects()
+    Trainer(model, optimizer, 0).train(3)
 ''',
             diagnostics=("DDP104",),
         ),

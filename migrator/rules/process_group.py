@@ -95,6 +95,7 @@ def needs_setup(facts: ScriptFacts) -> bool:
         and facts.entry is not None
         and not facts.has_init_process_group
         and not facts.unrewritable_dataparallel
+        and not facts.moved_after_wrap
     )
 
 

@@ -85,6 +85,14 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
         if model.definition is None and not model.already_ddp and not facts.has_init_process_group:
             line, col = facts.line_col(model.optimizer_call)
             plan.diagnostics.append(Diagnostic(MODEL_NOT_TRACED.code, line, col, f"{model.expr}: {MODEL_NOT_TRACED.summary}"))
+    for model in facts.moved_after_wrap:
+        if not facts.has_init_process_group:
+            line, col = facts.line_col(model.moved_later)
+            where = facts.enclosing_function_name(model.moved_later)
+            plan.diagnostics.append(Diagnostic(MODEL_NOT_TRACED.code, line, col, (
+                f"{model.expr}: moved to a device in `{where}` after the point where it would be wrapped "
+                "(DDP must wrap it after its last move); wrap it in DDP there, by hand"
+            )))
     for site in facts.blocking_dataparallel:
         if facts.trains:
             line, col = facts.line_col(site.call)
