@@ -27,19 +27,38 @@ def entry_point(self, guard: Optional[cst.If], models: Tuple[ModelFact, ...]) ->
         return self.entry_in_block(kind, launch_block, None)
     # 2. A function called from the launch block that (transitively) builds the model.
     functions = {f.name.value: f for f in self.module.body if isinstance(f, (cst.FunctionDef, cst.ClassDef))}
-    for statement in launch_block.body:
+    loaders = list(self.calls(N.DATALOADER))
+    for position, statement in enumerate(launch_block.body):
         if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             continue
         for name in _called_names(statement) + _handed_over_names(statement):
             target = functions.get(name)
             if isinstance(target, cst.FunctionDef) and self.reaches(target, sites, functions, set()):
-                if self.holds_loop(statement):
+                if self.holds_loop(statement) or self.builds_loaders(launch_block.body[:position], loaders, functions):
                     # `for fold in range(5): train_loop(fold)`: one process group for all the
-                    # calls, so the setup goes in the launch block, before the loop.
+                    # calls, so the setup goes in the launch block, before the loop. Likewise
+                    # `loader = load_data(); train(loader)`: the sampler needs the process group
+                    # before the function that builds the model runs.
                     kind = "guard" if guard is not None else "module"
                     return self.entry_in_block(kind, launch_block, None)
                 return self.entry_in_block("function", target.body, statement)  # type: ignore[arg-type]
     return None
+
+def builds_loaders(self, statements, loaders, functions) -> bool:
+    """Does one of `statements` build a DataLoader, itself or through a function of this file?"""
+    if not loaders:
+        return False
+    for statement in statements:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        if any(self.is_inside(loader, statement) for loader in loaders):
+            return True
+        for name in _called_names(statement):
+            target = functions.get(name)
+            if isinstance(target, cst.FunctionDef) and self.reaches(target, loaders, functions, set()):
+                return True
+    return False
+
 
 def _handed_over_names(statement: cst.CSTNode) -> list:
     """`fire.Fire(demo)`, `typer.run(main)`: a function handed to a CLI runner, which calls it."""

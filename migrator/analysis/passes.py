@@ -233,6 +233,7 @@ class _Analysis:
     holds_loop = _entry.holds_loop
     top_statement_in = _entry.top_statement_in
     reaches = _entry.reaches
+    builds_loaders = _entry.builds_loaders
     entry_in_block = _entry.entry_in_block
 
     # -- models ------------------------------------------------------------------------

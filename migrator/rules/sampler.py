@@ -128,6 +128,12 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
     for loader in facts.loaders:
         if loader.training and loader.problem is not None:
             _decline(facts, plan, loader)
+        elif shards(loader) and not facts.after_setup(loader.call):
+            # DistributedSampler asks the process group for the world size when it is built.
+            line, col = facts.line_col(loader.call)
+            message = (f"{loader.target or 'loader'}: built before the process group is set up (in code that runs "
+                       f"before the setup), so it cannot get a DistributedSampler there; {UNTRACED_LOADER.summary}")
+            plan.diagnostics.append(Diagnostic(UNTRACED_LOADER.code, line, col, message))
         elif shards(loader):
             _shard(facts, plan, loader)
     if not any(loader.training for loader in facts.loaders):
