@@ -220,10 +220,15 @@ class _Analysis:
             if not call.args:
                 continue
             saved = code_of(call.args[0].value)
-            for model in wrapped:
-                for spelling, scope, after in flow.wrapped_scopes(model, model.wrap_after):
-                    if saved == spelling and self.is_inside(call, scope) and (after is None or self.comes_after(call, after)):
-                        found.append((call.args[0], model))
+            model = next((
+                model for model in wrapped
+                for spelling, scope, after in flow.wrapped_scopes(model, model.wrap_after)
+                if saved == spelling and self.is_inside(call, scope) and (after is None or self.comes_after(call, after))
+            ), None)
+            # One edit per save: a helper that reads a global model lies in several of its scopes
+            # (the module and the function), and two edits would save `model.module.module`.
+            if model is not None:
+                found.append((call.args[0], model))
         return found
 
     # -- entry point -------------------------------------------------------------------
