@@ -64,6 +64,7 @@ class ModelFact:
     # `if args.cuda: model.cuda()`: the model is on a GPU only when this holds (DDP's device_ids follow it)
     cuda_condition: Optional[str] = None
     moved: bool = True  # False: nothing moves it to a device before the wrap (it stays on the CPU)
+    bare_loads: bool = False  # a DataParallel script's checkpoint load now runs before the wrap (see DDP014)
     moved_later: Optional[cst.Call] = None  # not moved before the wrap, but by a function it is passed to
 
 

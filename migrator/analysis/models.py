@@ -102,6 +102,10 @@ def trained_models(self, dp_sites, ddp_targets: Set[str]) -> Tuple[ModelFact, ..
                 wrap_after = self.after_branches(stripped, anchor, wrap_after)
             dp = None if stripped else next((s for s in sites if s.target == expr), None)
             moved = self.moved_before_wrap(definition, anchor, wrap_after) if anchor is not None else True
+            # A later move (`if args.half: model.half()`) pushed the wrap below a load that expected
+            # DataParallel's `module.` keys: that load now runs on the bare model, so the script's
+            # saves must drop the prefix too (DDP014), or it could not resume from its own checkpoints.
+            bare_loads = keyed_from is not None and wrap_after is not None and self.loads_between(expr, keyed_from, wrap_after)
             models[expr] = ModelFact(
                 expr=expr,
                 optimizer_call=call,
@@ -114,6 +118,7 @@ def trained_models(self, dp_sites, ddp_targets: Set[str]) -> Tuple[ModelFact, ..
                 device_expr=self.device_expr_at(definition, typed=True) if definition is not None else None,
                 cuda_condition=self.cuda_condition(expr, anchor, wrap_after) if anchor is not None else None,
                 moved=moved,
+                bare_loads=bare_loads,
                 moved_later=None if moved else self.moved_in_callee(expr, definition),
             )
     return tuple(models.values())
@@ -302,6 +307,19 @@ def moved_before_wrap(self, definition: Statement, anchor: Statement, wrap_after
         return True
     return any(isinstance(arg.value, cst.Name) and "device" in arg.value.value.lower()
                for c in descendants(definition, cst.Call) for arg in c.args)
+
+
+def loads_between(self, expr: str, start: Statement, end: Statement) -> bool:
+    """Does a statement from `start` to `end` (same block) load a state dict into `expr`?"""
+    block = self.block_of(start)
+    body = list(block.body) if block is not None else []  # type: ignore[union-attr]
+    if start not in body or end not in body:
+        return False
+    return any(
+        attribute_name(call.func) == "load_state_dict" and code_of(call.func.value) == expr  # type: ignore[attr-defined]
+        for statement in body[body.index(start) : body.index(end) + 1]
+        for call in descendants(statement, cst.Call)
+    )
 
 
 def moved_in_callee(self, expr: str, definition: Optional[Statement]) -> Optional[cst.Call]:

@@ -260,6 +260,7 @@ class _Analysis:
     cuda_condition = _models.cuda_condition
     moved_before_wrap = _models.moved_before_wrap
     moved_in_callee = _models.moved_in_callee
+    loads_between = _models.loads_between
     model_from_caller = _models.model_from_caller
     models_passed = _models.models_passed
     used_as_module = _models.used_as_module

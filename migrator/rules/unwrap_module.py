@@ -20,7 +20,10 @@ A script that saved `model.state_dict()` on one GPU now saves `model.module.stat
 keys carry no `module.` prefix and the original code still loads them; loading goes through
 `model.module.load_state_dict(...)` likewise, and `torch.save(model, f)` saves `model.module`.
 A DataParallel script keeps its `module.`-prefixed keys exactly as before (DDP's wrapper has the
-same prefix). Where the keys depended on the GPU count (a conditional DataParallel), the
+same prefix), unless a later move (`if args.half: model.half()`) puts the wrap below its checkpoint
+load: the load then runs on the bare module, and its saves drop the prefix to match, so the
+script resumes from its own checkpoints (older DataParallel ones need their `module.` prefix
+stripped). Where the keys depended on the GPU count (a conditional DataParallel), the
 unwrapped module's keys are saved. Every `torch.load` gets `map_location` (the script's device, or
 "cpu") so each rank loads onto its own device instead of the GPU the checkpoint was saved from.""",
     why="""
@@ -69,6 +72,64 @@ def main():
         optimizer.step()
     if dist.get_rank() == 0:
         torch.save(model.module.state_dict(), "final.pt")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+        ),
+        Example(
+            id="dataparallel-load-before-a-late-move",
+            before='''import os
+
+import torch
+
+
+def main():
+    model = torch.nn.DataParallel(torch.nn.Linear(4, 1))
+    if os.path.isfile("last.pt"):
+        model.load_state_dict(torch.load("last.pt")["state_dict"])
+    if os.environ.get("HALF"):
+        model.half()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        model(torch.ones(2, 4)).sum().backward()
+        optimizer.step()
+        torch.save({"state_dict": model.state_dict()}, "last.pt")
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    model = torch.nn.Linear(4, 1)
+    if os.path.isfile("last.pt"):
+        model.load_state_dict(torch.load("last.pt", map_location="cpu")["state_dict"])
+    if os.environ.get("HALF"):
+        model.half()
+    model = DDP(model, device_ids=None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        model(torch.ones(2, 4)).sum().backward()
+        optimizer.step()
+        if dist.get_rank() == 0:
+            torch.save({"state_dict": model.module.state_dict()}, "last.pt")
 
 
 if __name__ == "__main__":
@@ -225,8 +286,9 @@ def plan_module_api(facts: ScriptFacts, plan: Plan) -> None:
 
 
 def _keys_change(model) -> bool:
-    """A DataParallel script's keys already had `module.`: DDP keeps them. Otherwise unwrap."""
-    return model.dataparallel is None or model.dataparallel.conditional is not None
+    """A DataParallel script's keys already had `module.`: DDP keeps them (unless its loads now run
+    on the bare model, before the wrap). Otherwise unwrap."""
+    return model.dataparallel is None or model.dataparallel.conditional is not None or model.bare_loads
 
 
 def _wrapped_before(model) -> bool:
