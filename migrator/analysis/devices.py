@@ -70,6 +70,28 @@ def gpu_indexes(self) -> Tuple[GpuIndex, ...]:
     return tuple(found)
 
 
+def visible_devices(self) -> Tuple[Tuple[cst.SimpleStatementLine, str], ...]:
+    """`os.environ["CUDA_VISIBLE_DEVICES"] = args.gpu_id`: the script picks the GPUs itself."""
+    found = []
+    for target, statement in self.c.assignments:
+        small = statement.body[0]
+        if len(statement.body) != 1 or not isinstance(small, cst.Assign) or len(small.targets) != 1:
+            continue
+        subscript = small.targets[0].target
+        if not isinstance(subscript, cst.Subscript) or len(subscript.slice) != 1:
+            continue
+        key = getattr(subscript.slice[0].slice, "value", None)
+        environ = subscript.value
+        if (
+            isinstance(key, cst.SimpleString)
+            and key.evaluated_value == "CUDA_VISIBLE_DEVICES"
+            and isinstance(environ, cst.Attribute)
+            and environ.attr.value == "environ"
+        ):
+            found.append((statement, code_of(environ)))
+    return tuple(found)
+
+
 def _formatted_device(self, template: cst.CSTNode) -> Optional[cst.BaseExpression]:
     """The expression that formats the index into `template`, or None for a template that is
     only stored (a format string kept for later use is left alone)."""

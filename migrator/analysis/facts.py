@@ -188,6 +188,7 @@ class ScriptFacts:
     device_literals: Tuple[DeviceLiteral, ...]
     cuda_calls: Tuple[CudaCall, ...]
     gpu_indexes: Tuple[GpuIndex, ...]
+    visible_devices: Tuple[Tuple[cst.SimpleStatementLine, str], ...]  # os.environ["CUDA_VISIBLE_DEVICES"] = ...; `os.environ` as spelled
     import_time_model: Optional[Statement]  # a model built at import time of a module with a main guard
     device_var_needed: bool  # the setup must define `device` (unguarded .cuda() with no device variable)
     device_var: Optional[str]  # the device variable of the entry scope, if the script has one

@@ -120,6 +120,7 @@ class _Analysis:
             device_literals=tuple(filter(None, (self.device_literal(s) for s in self.c.device_strings))),
             cuda_calls=cuda_calls,
             gpu_indexes=self.gpu_indexes(),
+            visible_devices=self.visible_devices(),
             import_time_model=import_time_model,
             device_var_needed=device_var_needed,
             device_var=device_var,
@@ -277,6 +278,7 @@ class _Analysis:
     # (functions in migrator/analysis/devices.py)
     device_literal = _devices.device_literal
     gpu_indexes = _devices.gpu_indexes
+    visible_devices = _devices.visible_devices
     is_torch_device_call = _devices.is_torch_device_call
     device_assignments = _devices.device_assignments
     entry_device_var = _devices.entry_device_var

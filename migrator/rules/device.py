@@ -19,7 +19,10 @@ RULE = Rule(
 Rewrites the script's device to this process's GPU: `torch.device("cuda")`, `"cuda:0"` and
 `"cuda" if torch.cuda.is_available() else "cpu"` become `f"cuda:{local_rank}"` with a CPU
 fallback (a device string the script compares with `"cuda"` stays `"cuda"`: after `set_device`
-it is this process's GPU, and `if device == "cuda":` stays true); unconditional `x.cuda()` / `x.cuda(0)` become `x.to(device)`. Calls already guarded by a
+it is this process's GPU, and `if device == "cuda":` stays true); unconditional `x.cuda()` / `x.cuda(0)` become `x.to(device)`. A GPU the script picks by index
+(`torch.cuda.set_device(args.gpu)`, `"cuda:{}".format(args.gpu)`) becomes `local_rank`, and an
+`os.environ["CUDA_VISIBLE_DEVICES"] = ...` runs only when the script is not started by torchrun
+(whose caller picks the GPUs). Calls already guarded by a
 CUDA check (`if args.cuda: model.cuda()`) are left as they are: after
 `torch.cuda.set_device(local_rank)` they land on the right GPU.""",
     why="""
@@ -121,6 +124,15 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
         _plan_cuda_call(facts, plan, call)
     for index in facts.gpu_indexes:
         _plan_gpu_index(facts, plan, index)
+    for statement, environ in facts.visible_devices:
+        # Under torchrun a script that narrows CUDA_VISIBLE_DEVICES to `--gpu_id 0` leaves every
+        # rank one GPU, and set_device(local_rank) fails on rank 1. torchrun's caller picks the GPUs.
+        plan.guard(statement, f'"LOCAL_RANK" not in {environ}')
+        line, col = facts.line_col(statement)
+        plan.changes.append(Change(
+            RULE.code, line, col,
+            "CUDA_VISIBLE_DEVICES set by the script only when not started by torchrun (set it on the torchrun command line)",
+        ))
 
 
 def _plan_gpu_index(facts: ScriptFacts, plan: Plan, index: GpuIndex) -> None:
