@@ -45,6 +45,11 @@ BATCHNORM = frozenset(
     | {f"torch.nn.modules.batchnorm.{name}" for name in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")}
 )
 # Other writes of training results: one writer, like checkpoints.
+# Checkpoint housekeeping next to a save (keep the last N, copy the best): rank 0's files, so rank 0's job.
+FILE_MUTATIONS = frozenset({
+    "os.remove", "os.unlink", "os.rename", "os.replace", "os.symlink",
+    "shutil.rmtree", "shutil.copyfile", "shutil.copy", "shutil.copy2", "shutil.move",
+})
 RESULT_WRITES = TORCH_SAVE | frozenset(
     {
         "torch.jit.save",

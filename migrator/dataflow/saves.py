@@ -6,6 +6,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from migrator import names as N
+from migrator.names import attribute_name
 from migrator.dataflow.core import FlowBase, LoaderFact, SaveSite, Statement, _iterated, code_of
 from migrator.tree import descendants
 
@@ -24,11 +25,36 @@ class SaveFlow(FlowBase):
             if helper_calls:
                 guard = tuple(self.a.statement_of(c) for c in helper_calls if not self.under_rank_check(c))
             else:
-                guard = (inner,)
+                guard = (inner, *self.housekeeping_near(inner))
             statements = tuple(s for s in guard if s is not None)
             shared = next((s for s in statements if self.runs_shared_code(s)), None)
             sites.append(SaveSite(call, statements, shared, inner if helper_calls else None))
         return tuple(sites)
+
+    def housekeeping_near(self, save: Optional[Statement]) -> Tuple[Statement, ...]:
+        """Statements beside `save` that only manage checkpoint files (`for f in glob.glob(prefix + "*"):
+        if f != path: os.remove(f)`, `shutil.copyfile(path, best)`): on every rank they would delete or
+        copy files that only rank 0 writes, racing it."""
+        block = self.a.block_of(save) if save is not None else None
+        if block is None:
+            return ()
+        return tuple(
+            statement for statement in block.body  # type: ignore[union-attr]
+            if statement is not save and self.only_manages_files(statement)
+        )
+
+    def only_manages_files(self, statement: cst.CSTNode) -> bool:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) or self.runs_shared_code(statement):
+            return False
+        calls = list(descendants(statement, cst.Call))
+        if not any(self.c.resolve(call.func) in N.FILE_MUTATIONS for call in calls):
+            return False
+        # State every rank keeps (`if loss < best: best = loss; shutil.copyfile(...)`), control flow
+        # or training must stay on every rank: ranks that disagree on it would diverge or hang.
+        changes_state = (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Break, cst.Continue, cst.Return)
+        return not any(True for _ in descendants(statement, changes_state)) and not any(
+            attribute_name(call.func) in ("backward", "step") for call in calls
+        )
 
     def runs_shared_code(self, node: cst.CSTNode, depth: int = 0) -> bool:
         """Does `node` run something every rank must run: the model's forward, a collective?

@@ -185,7 +185,9 @@ def plan_checkpoints(facts: ScriptFacts, plan: Plan) -> None:
                 continue
             plan.guard(statement, condition(facts))
             line, col = facts.line_col(statement)
-            plan.changes.append(Change(CHECKPOINT.code, line, col, "checkpoint written on rank 0 only"))
+            writes = any(call is site.call for call in descendants(statement, cst.Call))
+            what = "checkpoint written" if writes or site.inner is not None else "checkpoint files managed (removed, copied)"
+            plan.changes.append(Change(CHECKPOINT.code, line, col, f"{what} on rank 0 only"))
     if after_teardown:
         _post_training_on_rank_zero(facts, plan, after_teardown)
     for statement in facts.reads_after_write:
