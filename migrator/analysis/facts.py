@@ -65,6 +65,7 @@ class ModelFact:
     cuda_condition: Optional[str] = None
     moved: bool = True  # False: nothing moves it to a device before the wrap (it stays on the CPU)
     bare_loads: bool = False  # a DataParallel script's checkpoint load now runs before the wrap (see DDP014)
+    held_by: Optional[str] = None  # a module built from it before the wrap, and trained through: `seg = Seq(enc, dec)`
     moved_later: Optional[cst.Call] = None  # not moved before the wrap, but by a function it is passed to
 
 
@@ -256,8 +257,9 @@ class ScriptFacts:
 
     @property
     def moved_after_wrap(self) -> Tuple[ModelFact, ...]:
-        """Models a callee moves to a device after the point where they would be wrapped: the file is left alone."""
-        return tuple(m for m in self.models if m.moved_later is not None and not m.already_ddp)
+        """Models a callee moves to a device after the point where they would be wrapped, or that a
+        container built before that point trains through: the file is left alone."""
+        return tuple(m for m in self.models if (m.moved_later is not None or m.held_by) and not m.already_ddp)
 
     def enclosing_function_name(self, node: cst.CSTNode) -> str:
         """`Trainer.__init__`, `train`, or `<module>` for the code around `node`."""

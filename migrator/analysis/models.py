@@ -119,6 +119,7 @@ def trained_models(self, dp_sites, ddp_targets: Set[str]) -> Tuple[ModelFact, ..
                 cuda_condition=self.cuda_condition(expr, anchor, wrap_after) if anchor is not None else None,
                 moved=moved,
                 bare_loads=bare_loads,
+                held_by=self.held_before_wrap(expr, definition, wrap_after) if definition is not None else None,
                 moved_later=None if moved else self.moved_in_callee(expr, definition),
             )
     return tuple(models.values())
@@ -309,6 +310,67 @@ def moved_before_wrap(self, definition: Statement, anchor: Statement, wrap_after
                for c in descendants(definition, cst.Call) for arg in c.args)
 
 
+def held_before_wrap(self, expr: str, definition: Statement, wrap_after: Optional[Statement]) -> Optional[str]:
+    """A module built from the bare model before its wrap point and trained through
+    (`seg = nn.Sequential(enc, dec)`, `net = SegmentationModule(encoder, decoder)`, then `seg(x)` and
+    a backward in the loop): it holds the unwrapped model, so wrapping `enc` would sync nothing."""
+    scope = self.scope_of(definition)
+    for target, statement in self.c.assignments:
+        if target == expr or self.scope_of(statement) is not scope:
+            continue
+        small = statement.body[0]
+        chain = _call_chain(getattr(small, "value", None))
+        built = next((call for call in chain if _passes_name(call, expr)), None)
+        if built is None:
+            continue
+        qname = self.c.resolve(built.func) or ""
+        if N.is_optimizer(qname) or qname in N.DATAPARALLEL or not self.trained_through(target):
+            continue
+        moved = any(attribute_name(call.func) in N.MOVE_METHODS for call in chain) or self.is_moved(target)
+        if wrap_after is not None and self.comes_after(statement, wrap_after) and not moved:
+            continue  # built after the wrap, never moved: it holds the DDP wrapper, whose forward syncs
+        return target
+    return None
+
+
+def _call_chain(value: Optional[cst.CSTNode]) -> List[cst.Call]:
+    """`nn.Sequential(a, b).cuda().train()` -> the three calls, outermost first."""
+    calls = []
+    while isinstance(value, cst.Call):
+        calls.append(value)
+        value = value.func.value if isinstance(value.func, cst.Attribute) else None
+    return calls
+
+
+def is_moved(self, name: str) -> bool:
+    """Is `name.to(...)` / `name.cuda()` called anywhere (a container moves what it holds)?"""
+    return any(
+        attribute_name(call.func) in N.MOVE_METHODS and code_of(call.func.value) == name  # type: ignore[attr-defined]
+        for call in self.c.calls
+        if isinstance(call.func, cst.Attribute)
+    )
+
+
+def _passes_name(call: cst.Call, expr: str) -> bool:
+    """Is `expr` an argument of `call`, itself or inside a tuple/list argument?"""
+    for arg in call.args:
+        values = [e.value for e in arg.value.elements] if isinstance(arg.value, (cst.Tuple, cst.List)) else [arg.value]
+        if any(code_of(v) == expr for v in values):
+            return True
+    return False
+
+
+def trained_through(self, name: str) -> bool:
+    """Is `name(...)` called in a loop that trains (a backward or an optimizer step in it)?"""
+    for loop in self.c.loops:
+        calls = self.calls_inside.get(loop, ())
+        if any(code_of(call.func) == name for call in calls) and any(
+            attribute_name(call.func) in ("backward", "step") for call in calls
+        ):
+            return True
+    return False
+
+
 def loads_between(self, expr: str, start: Statement, end: Statement) -> bool:
     """Does a statement from `start` to `end` (same block) load a state dict into `expr`?"""
     block = self.block_of(start)
@@ -409,12 +471,25 @@ def model_definition(self, expr: str, optimizer_call: cst.Call) -> Optional[cst.
         if target == expr and any(a is container for a in self.ancestors(statement)):
             if not isinstance(self.block_of(statement), (cst.Module, cst.IndentedBlock)):
                 continue
+            if fn is not None and _unpacks_parameter(statement, self.c.params.get(fn, ())):
+                # `(enc, dec) = nets` with `nets` an argument: built by the caller, not here.
+                return None
             return statement
     if fn is not None and not expr.startswith("self.") and expr.split(".")[0] not in self.c.bound.get(fn, ()):
         for target, statement in self.c.assignments:
             if target == expr and self.scope_of(statement) is self.module:
                 return statement
     return None
+
+def _unpacks_parameter(statement: cst.SimpleStatementLine, params) -> bool:
+    small = statement.body[0]
+    return (
+        isinstance(small, cst.Assign)
+        and isinstance(small.value, cst.Name)
+        and small.value.value in params
+        and any(isinstance(t.target, (cst.Tuple, cst.List)) for t in small.targets)
+    )
+
 
 def branch_anchor(self, definition: cst.SimpleStatementLine) -> Statement:
     """Where the walk to the wrap point starts: the definition, lifted out of the branches holding it.

@@ -262,6 +262,9 @@ class _Analysis:
     moved_before_wrap = _models.moved_before_wrap
     moved_in_callee = _models.moved_in_callee
     loads_between = _models.loads_between
+    held_before_wrap = _models.held_before_wrap
+    trained_through = _models.trained_through
+    is_moved = _models.is_moved
     model_from_caller = _models.model_from_caller
     models_passed = _models.models_passed
     used_as_module = _models.used_as_module

@@ -141,7 +141,9 @@ The parameters given to an optimizer belong to a model the tool cannot trace to 
 that builds it, typically a function parameter (`def fit(model): opt = SGD(model.parameters())`).
 Also a model the script builds on the CPU and hands to a function or class that moves it
 (`Trainer.__init__` doing `self.model = model.to(gpu_id)`): DDP must wrap it after that move, and
-the file is left unchanged rather than wrapped before it.""",
+the file is left unchanged rather than wrapped before it. Likewise models that training reaches
+only through a container built from them before their wrap point (`seg = nn.Sequential(enc, dec)`,
+then `seg(x)` in the loop): a DDP around `enc` would never see that forward.""",
     why="DDP must wrap the model once, where it is built; wrapping a function argument would wrap it at every call.",
     fix="Wrap the model in DistributedDataParallel where it is created.",
     fix_safety="Not fixable automatically.",
@@ -187,6 +189,30 @@ def load_objects():
 if __name__ == "__main__":
     model, optimizer = load_objects()
     Trainer(model, optimizer, 0).train(3)
+''',
+            diagnostics=("DDP104",),
+        ),
+        Example(
+            id="trained-through-a-container",
+            before='''import torch
+import torch.nn as nn
+
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    encoder, decoder = nn.Linear(4, 8), nn.Linear(8, 1)
+    net = nn.Sequential(encoder, decoder)
+    encoder.to(device)
+    decoder.to(device)
+    optimizers = [torch.optim.SGD(encoder.parameters(), lr=0.1), torch.optim.SGD(decoder.parameters(), lr=0.1)]
+    for step in range(3):
+        net(torch.randn(2, 4, device=device)).sum().backward()
+        for optimizer in optimizers:
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
 ''',
             diagnostics=("DDP104",),
         ),
