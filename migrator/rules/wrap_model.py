@@ -161,9 +161,15 @@ def _replace_dataparallel(facts: ScriptFacts, plan: Plan, model: ModelFact, site
     if site.chained is not None:
         # DP(m).cuda() / DP(m).to(dev): move the model first, then wrap (DDP needs it on its device).
         moved = site.chained.with_changes(func=site.chained.func.with_changes(value=site.inner))  # type: ignore[attr-defined]
-        if site.chained.func.attr.value == "cuda":  # type: ignore[attr-defined]
-            moved = to_device(moved, facts.device_var or "device", pinned=bool(moved.args) and moved.args[0].keyword is None) if facts.device_var else moved
         inner = code_of(moved)
+        if site.chained.func.attr.value == "cuda":  # type: ignore[attr-defined]
+            if facts.device_var:
+                inner = code_of(to_device(moved, facts.device_var, pinned=bool(moved.args) and moved.args[0].keyword is None))
+            else:
+                # No device variable: `.cuda()` only where there is CUDA (the DataParallel line may have
+                # sat under a CUDA check; the wrap now runs everywhere, CPU test runs included).
+                bare = code_of(site.inner) if site.inner is not None else model.expr
+                inner = f"{inner} if {facts.names.torch}.cuda.is_available() else {bare}"
     holder = site.conditional or site.statement
     new = _wrap_statement(facts, model, inner)
     if model.wrap_after is holder:
