@@ -19,6 +19,10 @@ DATAPARALLEL = frozenset(
         "torch.nn.parallel.data_parallel.DataParallel",
     }
 )
+# nn.parallel.data_parallel(module, inputs, device_ids): DataParallel as a function, inside a forward.
+FUNCTIONAL_DATAPARALLEL = frozenset(
+    {"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"}
+)
 DDP = frozenset(
     {
         "torch.nn.parallel.DistributedDataParallel",

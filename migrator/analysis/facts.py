@@ -189,6 +189,7 @@ class ScriptFacts:
     device_literals: Tuple[DeviceLiteral, ...]
     cuda_calls: Tuple[CudaCall, ...]
     gpu_indexes: Tuple[GpuIndex, ...]
+    functional_dataparallel: Tuple[cst.Call, ...]  # nn.parallel.data_parallel(module, input, ids)
     visible_devices: Tuple[Tuple[cst.SimpleStatementLine, str], ...]  # os.environ["CUDA_VISIBLE_DEVICES"] = ...; `os.environ` as spelled
     import_time_model: Optional[Statement]  # a model built at import time of a module with a main guard
     device_var_needed: bool  # the setup must define `device` (unguarded .cuda() with no device variable)

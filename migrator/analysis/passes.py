@@ -120,6 +120,7 @@ class _Analysis:
             device_literals=tuple(filter(None, (self.device_literal(s) for s in self.c.device_strings))),
             cuda_calls=cuda_calls,
             gpu_indexes=self.gpu_indexes(),
+            functional_dataparallel=tuple(self.calls(N.FUNCTIONAL_DATAPARALLEL)),
             visible_devices=self.visible_devices(),
             import_time_model=import_time_model,
             device_var_needed=device_var_needed,

@@ -22,7 +22,9 @@ after it is built and moved to its device (and after `torch.compile`, which stay
 the inner module). `DataParallel(m, device_ids=..., output_device=...)` in any spelling
 (`nn.DataParallel`, `torch.nn.parallel.DataParallel`, `from torch.nn import DataParallel as DP`)
 becomes `DDP(m, device_ids=[local_rank])` on CUDA (`device_ids=None` on CPU, as DDP requires), and
-`if torch.cuda.device_count() > 1: model = nn.DataParallel(model)` becomes an unconditional wrap.""",
+`if torch.cuda.device_count() > 1: model = nn.DataParallel(model)` becomes an unconditional wrap.
+The functional form inside a forward, `nn.parallel.data_parallel(self.main, x, range(self.ngpu))`,
+becomes the direct call `self.main(x)`: each process drives one GPU.""",
     why="""
 Without the wrap each process trains its own copy and the gradients are never averaged: the
 script runs, the loss goes down, and N different models are trained. DataParallel is
@@ -129,6 +131,8 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
             plan.insert_after(statement, _wrap_statement(facts, model))
             line, col = facts.line_col(statement)
             plan.changes.append(Change(RULE.code, line, col, f"reloaded {model.expr} wrapped in DistributedDataParallel again"))
+    for call in facts.functional_dataparallel:
+        _plan_functional_dataparallel(facts, plan, call)
     if wrapped and facts.names.ddp_import_needed:
         plan.need_import("torch.nn.parallel", "DistributedDataParallel", facts.names.ddp if facts.names.ddp != "DistributedDataParallel" else None)
     for module, name, asname in facts.dataparallel_imports:
@@ -153,6 +157,21 @@ def _with_inner(statement: cst.SimpleStatementLine, inner: str) -> cst.SimpleSta
     call = assign.value  # type: ignore[attr-defined]
     first = call.args[0].with_changes(value=cst.parse_expression(inner))
     return statement.with_changes(body=[assign.with_changes(value=call.with_changes(args=[first, *call.args[1:]]))])  # type: ignore[attr-defined]
+
+
+def _plan_functional_dataparallel(facts: ScriptFacts, plan: Plan, call: cst.Call) -> None:
+    """`nn.parallel.data_parallel(self.main, x, range(self.ngpu))` -> `self.main(x)`.
+
+    Under DDP each process drives one GPU: splitting its batch again over `ngpu` devices would put
+    DataParallel inside DDP. On one device the function is the module's forward."""
+    line, col = facts.line_col(call)
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    if len(positional) < 2 or len(positional) != len([a for a in call.args if a.keyword is None]) or isinstance(positional[1].value, cst.Tuple):
+        plan.diagnostics.append(Diagnostic(DATAPARALLEL_LEFT.code, line, col, "nn.parallel.data_parallel(...) left as is: call the module directly (one GPU per process)"))
+        return
+    direct = cst.Call(func=positional[0].value, args=[positional[1].with_changes(comma=cst.MaybeSentinel.DEFAULT)])
+    plan.replace(call, lambda _: direct)
+    plan.changes.append(Change(RULE.code, line, col, "functional data_parallel becomes a direct call (one GPU per process)"))
 
 
 def _replace_dataparallel(facts: ScriptFacts, plan: Plan, model: ModelFact, site: DataParallelSite) -> None:
