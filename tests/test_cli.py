@@ -38,6 +38,8 @@ device = "single_gpu"
 """
 CLEAN = "import torch\n\nprint(torch.__version__)\n"
 PY2 = 'import torch\n\nprint "hello"\n'
+# Python 2 that the real engine must parse (it imports an optimizer, so the relevance prefilter reads it).
+PY2_TRAINING = 'import torch\nimport torch.optim as optim\n\nprint "hello"\n'
 
 # --------------------------------------------------------------------------- harness
 
@@ -1055,7 +1057,7 @@ def _jobs_tree(root: Path) -> List[str]:
         names.append(name)
     write(root / "run.sh", LAUNCH_SH)
     write(root / "clean.py", CLEAN)
-    write(root / "old.py", PY2)
+    write(root / "old.py", PY2_TRAINING)  # fails to parse: the exit code adds 2
     return names
 
 

@@ -120,6 +120,8 @@ def trained_models(self, dp_sites, ddp_targets: Set[str]) -> Tuple[ModelFact, ..
                 moved=moved,
                 bare_loads=bare_loads,
                 held_by=self.held_before_wrap(expr, definition, wrap_after) if definition is not None else None,
+                device_unknown=definition is not None and self.built_by_helper(definition) and not self.moves_itself(expr, definition),
+                optional=definition is not None and self.assigned_none(expr, definition),
                 moved_later=None if moved else self.moved_in_callee(expr, definition),
             )
     return tuple(models.values())
@@ -340,6 +342,66 @@ def _call_chain(value: Optional[cst.CSTNode]) -> List[cst.Call]:
         calls.append(value)
         value = value.func.value if isinstance(value.func, cst.Attribute) else None
     return calls
+
+
+def moves_itself(self, expr: str, definition: Statement) -> bool:
+    """Does this file move the model itself (`model.to(device)`, `Net().cuda()`, `model = model.cuda()`),
+    or build it with a device argument? When not, a helper (`get_network(args)`) decides its device."""
+    if any(attribute_name(call.func) in N.MOVE_METHODS for call in descendants(definition, cst.Call)):
+        return True
+    if any(isinstance(arg.value, cst.Name) and "device" in arg.value.value.lower()
+           for call in descendants(definition, cst.Call) for arg in call.args):
+        return True
+    scope = self.scope_of(definition)
+    for target, statement in self.c.assignments:
+        # `model_fine = None` ... `if fine: model_fine = NeRF(...).to(device)`: every build counts.
+        if target == expr and self.scope_of(statement) is scope and any(
+            attribute_name(call.func) in N.MOVE_METHODS for call in descendants(statement, cst.Call)
+        ):
+            return True
+    for call in self.c.calls:
+        if not isinstance(call.func, cst.Attribute) or attribute_name(call.func) not in N.MOVE_METHODS:
+            continue
+        receiver = call.func.value
+        # `model.cuda()`, or `DataParallel(model).cuda()`: the chain moves the model it wraps.
+        if self.scope_of(call) is scope and (
+            code_of(receiver) == expr or any(_passes_name(c, expr) for c in _call_chain(receiver))
+        ):
+            return True
+    return False
+
+
+# Builders whose models start on the CPU (torchvision.models.resnet50(), timm.create_model(...)).
+_CPU_BUILDERS = ("torch.", "torchvision.", "timm.", "transformers.", "torch_geometric.")
+
+
+def built_by_helper(self, definition: Statement) -> bool:
+    """Is the model built by a function of the project (`net = get_network(args)`), which may or
+    may not have moved it to a GPU? Classes (CapWords) and library builders start on the CPU."""
+    value = getattr(definition.body[0], "value", None) if isinstance(definition, cst.SimpleStatementLine) else None
+    chain = _call_chain(value)
+    if not chain:
+        return False
+    builder = chain[-1].func
+    if isinstance(builder, cst.Attribute):
+        name = builder.attr.value
+    elif isinstance(builder, cst.Name):
+        name = builder.value
+    else:
+        return False  # `models.__dict__[args.arch]()`: a registry of model classes
+    qname = self.c.resolve(builder) or ""
+    return bool(name) and name[:1].islower() and not qname.startswith(_CPU_BUILDERS)
+
+
+def assigned_none(self, expr: str, definition: Statement) -> bool:
+    """`model_fine = None` then `if args.N_importance > 0: model_fine = NeRF(...)`: it may stay None."""
+    scope = self.scope_of(definition)
+    return any(
+        target == expr and self.scope_of(statement) is scope
+        and isinstance(getattr(statement.body[0], "value", None), cst.Name)
+        and statement.body[0].value.value == "None"  # type: ignore[attr-defined]
+        for target, statement in self.c.assignments
+    )
 
 
 def is_moved(self, name: str) -> bool:

@@ -266,6 +266,9 @@ class _Analysis:
     held_before_wrap = _models.held_before_wrap
     trained_through = _models.trained_through
     is_moved = _models.is_moved
+    moves_itself = _models.moves_itself
+    assigned_none = _models.assigned_none
+    built_by_helper = _models.built_by_helper
     model_from_caller = _models.model_from_caller
     models_passed = _models.models_passed
     used_as_module = _models.used_as_module

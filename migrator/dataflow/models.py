@@ -100,7 +100,53 @@ class ModelFlow(FlowBase):
         if owner is self.a.module:
             # A flat script's global model, used by its helper functions (called after the wrap).
             scopes += [(model.expr, fn, None) for fn in self.c.functions if model.expr not in self.c.bound.get(fn, ())]
+        elif isinstance(owner, cst.FunctionDef) and owner is not self.entry_function:
+            scopes += self.returned_to_callers(model, owner, wrap_point)
         return scopes
+
+    def returned_to_callers(self, model: "ModelFact", owner: cst.FunctionDef, wrap_point: Statement) -> List[Tuple[str, cst.CSTNode, Optional[Statement]]]:
+        """`model, model_fine, optimizer = create_models(args)`: a builder returns the wrapped model,
+        and the caller (and the functions it hands the model to) use the DDP wrapper under that name.
+        (The entry function's own returns are `returned_models`: the caller gets the bare module.)"""
+        positions = self.returned_positions(owner, model.expr, wrap_point)
+        if not positions:
+            return []
+        scopes: List[Tuple[str, cst.CSTNode, Optional[Statement]]] = []
+        for call in self.c.calls:
+            if self.callee(call) is not owner:
+                continue
+            statement = self.a.statement_of(call)
+            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+            if not isinstance(small, cst.Assign) or small.value is not call or len(small.targets) != 1:
+                continue
+            target = small.targets[0].target
+            for position in positions:
+                if position is None and not isinstance(target, (cst.Tuple, cst.List)):
+                    name = code_of(target)
+                elif position is not None and isinstance(target, (cst.Tuple, cst.List)) and position < len(target.elements):
+                    name = code_of(target.elements[position].value)
+                else:
+                    continue
+                caller = self.a.scope_of(statement)
+                scopes.append((name, caller, statement))
+                for inner in self.calls_within(caller):
+                    fn = self.callee(inner)
+                    param = self.param_for(fn, inner, name) if fn is not None and fn is not caller else None
+                    if param is not None and self.a.comes_after(inner, statement):
+                        scopes.append((param, fn, None))
+        return scopes
+
+    def returned_positions(self, fn: cst.FunctionDef, expr: str, wrap_point: Statement) -> List[Optional[int]]:
+        """Where `fn` returns `expr` after the wrap: None for `return model`, i for a tuple's element i."""
+        positions: List[Optional[int]] = []
+        for ret in descendants(fn, cst.Return):
+            if self.a.enclosing_function(ret) is not fn or not self.a.comes_after(ret, wrap_point) or ret.value is None:
+                continue
+            if isinstance(ret.value, cst.Tuple):
+                positions += [i for i, e in enumerate(ret.value.elements) if code_of(e.value) == expr]
+            elif code_of(ret.value) == expr:
+                positions.append(None)
+        return positions
 
 
 # nn.Module methods that return the module they are called on.

@@ -140,12 +140,18 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
 
 
 def _wrap_statement(facts: ScriptFacts, model: ModelFact, inner: str = "") -> list:
-    if model.moved or model.device_expr or model.cuda_condition:
+    if model.device_unknown and not model.cuda_condition:
+        # A helper built it (`net = get_network(args)` moves it only `if args.gpu`): its parameters say
+        # where it is; DDP refuses device_ids for a CPU module on a GPU machine.
+        device_ids = _build.device_ids(facts, model.scope, cuda_condition=f"next({model.expr}.parameters()).is_cuda")
+    elif model.moved or model.device_expr or model.cuda_condition:
         device_ids = _build.device_ids(facts, model.scope, model.device_expr, model.cuda_condition)
     else:
         # Nothing moves it: it stays on the CPU even on a GPU machine, where DDP refuses device_ids.
         device_ids = "None"
     text = WRAP.format(target=model.expr, ddp=facts.names.ddp, device_ids=device_ids)
+    if model.optional and not inner:
+        text = f"if {model.expr} is not None:\n\t{text}"
     statements = _build.statements(facts, text)
     if inner:
         statements = [_with_inner(statements[0], inner)]
