@@ -263,6 +263,13 @@ NN_MODULE_API = frozenset(
     process_group
     """.split()
 )
+# nn.Module API that answers differently on the wrapper: `list(model.children())[-1]` is the whole
+# model, `named_parameters()` names gain a `module.` prefix, `get_submodule("fc")` fails. Asked of a
+# wrapped single-GPU model, they go through `.module` to keep their answers.
+STRUCTURE_METHODS = frozenset({
+    "children", "named_children", "named_modules", "named_parameters", "named_buffers",
+    "get_submodule", "get_parameter", "get_buffer",
+})
 # Attributes whose meaning changes with the wrap: the checkpoint rule decides about them.
 STATE_DICT_METHODS = frozenset({"state_dict", "load_state_dict"})
 

@@ -5,7 +5,7 @@ import libcst as cst
 
 from migrator.analysis import ScriptFacts
 from migrator.edits import Plan
-from migrator.names import NN_MODULE_API, STATE_DICT_METHODS
+from migrator.names import NN_MODULE_API, STATE_DICT_METHODS, STRUCTURE_METHODS
 from migrator.rule import Example, Rule
 from migrator.rules import _build
 from migrator.rules.process_group import needs_setup
@@ -150,7 +150,10 @@ MODULE_API = Rule(
     what="""
 After `model = DDP(model)`, `model.encode(x)`, `model.num_classes` or `model.generate(...)` go
 through `model.module`. nn.Module's own API (`train`, `eval`, `parameters`, `to`, `zero_grad`, ...)
-and DDP's (`no_sync`, `join`) stay on the wrapper.""",
+and DDP's (`no_sync`, `join`) stay on the wrapper, except the questions about the model's structure
+that the wrapper answers differently (`children()` would yield the whole model, `named_parameters()`
+names gain a `module.` prefix, `get_submodule("fc")` fails): those go through `.module` too. In a
+DataParallel script the code already saw a wrapper, and stays as it is.""",
     why="DistributedDataParallel does not forward attribute access: `model.encode` raises AttributeError.",
     fix="Insert `.module` before the attribute.",
     fix_safety="Safe. Calling a custom method through .module bypasses DDP's forward hooks, exactly as the original did.",
@@ -233,6 +236,45 @@ if __name__ == "__main__":
             dist.destroy_process_group()
 ''',
         ),
+        Example(
+            id="structure-questions",
+            before='''import torch
+import torch.nn as nn
+
+if __name__ == "__main__":
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        model(torch.randn(2, 4)).sum().backward()
+        optimizer.step()
+    head = list(model.children())[-1]
+    names = [name for name, _ in model.named_parameters()]
+''',
+            after='''import torch
+import torch.nn as nn
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+if __name__ == "__main__":
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    model = DDP(model, device_ids=None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    try:
+        for step in range(3):
+            model(torch.randn(2, 4)).sum().backward()
+            optimizer.step()
+        head = list(model.module.children())[-1]
+        names = [name for name, _ in model.module.named_parameters()]
+    finally:
+        dist.destroy_process_group()
+''',
+        ),
     ),
 )
 
@@ -278,11 +320,17 @@ def plan_module_api(facts: ScriptFacts, plan: Plan) -> None:
         return
     for use in facts.model_uses:
         attr = use.node.attr.value
-        if attr in NN_MODULE_API or attr in STATE_DICT_METHODS or _wrapped_before(use.model):
+        if _wrapped_before(use.model) or attr in STATE_DICT_METHODS:
             continue
+        if attr in STRUCTURE_METHODS:
+            what = f"{attr}() asked of the model, not of its wrapper: through .module"
+        elif attr in NN_MODULE_API:
+            continue
+        else:
+            what = f"{attr} is the model's own: through .module"
         plan.replace(use.node, _through_module)
         line, col = facts.line_col(use.node)
-        plan.changes.append(Change(MODULE_API.code, line, col, f"{attr} is the model's own: through .module"))
+        plan.changes.append(Change(MODULE_API.code, line, col, what))
 
 
 def _keys_change(model) -> bool:
