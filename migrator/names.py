@@ -57,6 +57,9 @@ FILE_MUTATIONS = frozenset({
 RESULT_WRITES = TORCH_SAVE | frozenset(
     {
         "torch.jit.save",
+        "torch.onnx.export",
+        "torchvision.utils.save_image",
+        "matplotlib.pyplot.savefig",
         "numpy.save",
         "numpy.savez",
         "numpy.savez_compressed",

@@ -23,7 +23,8 @@ CHECKPOINT = Rule(
     name="rank-zero-checkpoint",
     summary="write checkpoints on rank 0 only",
     what="""
-Guards every `torch.save(...)` (and `np.save`, `json.dump`, `pickle.dump` of results) with
+Guards every `torch.save(...)` (and `np.save`, `json.dump`, `pickle.dump` of results, sample
+images written with `torchvision.utils.save_image` or `plt.savefig`, `torch.onnx.export`) with
 `if dist.get_rank() == 0:`; a checkpoint helper such as
 `save_checkpoint(state, is_best)` is guarded at its call sites (so its `shutil.copyfile` of the
 best model runs with it), a `with open(path, "wb") as f: torch.save(model, f)` as a whole.
