@@ -6,11 +6,12 @@ what the numbers mean or where a script can hang.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional, Tuple
 
 import libcst as cst
 
 from migrator.analysis import ScriptFacts
+from migrator.analysis.helpers import code_of
 from migrator.names import attribute_name
 from migrator.tree import descendants
 from migrator.edits import Plan
@@ -83,7 +84,10 @@ GLOBAL_BATCH = Rule(
     code="DDP120",
     name="global-batch-size",
     summary="the global batch is now batch_size x world_size: scale the learning rate or divide the batch",
-    what="Reported at every training loader the migration shards.",
+    what="""
+Reported at every training loader the migration shards, and where a DataParallel-era script
+multiplies its batch size by the GPU count (`batch_size * torch.cuda.device_count()`), which under
+DDP makes every process's batch that large.""",
     why="""
 Each of N processes takes `batch_size` samples per step, so one optimizer step now sees N times
 as many samples and an epoch has N times fewer steps. With the old learning rate and schedule
@@ -92,7 +96,60 @@ the model trains differently than before.""",
 (linear scaling: `lr * world_size`, with warmup) and shorten step-based schedules.""",
     fix_safety="Not fixable automatically: it is a training decision.",
     fixable=False,
-    examples=(Example(id="sharded-loader", before=_TRAIN, after=_TRAIN_MIGRATED, diagnostics=("DDP120",)),),
+    examples=(
+        Example(id="sharded-loader", before=_TRAIN, after=_TRAIN_MIGRATED, diagnostics=("DDP120",)),
+        Example(
+            id="batch-times-gpu-count",
+            before='''import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+if __name__ == "__main__":
+    batch_size = 16
+    num_gpu = torch.cuda.device_count()
+    if num_gpu > 1:
+        batch_size = batch_size * num_gpu
+    model = torch.nn.DataParallel(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=batch_size, shuffle=True)
+    for epoch in range(2):
+        for (x,) in loader:
+            model(x).sum().backward()
+            optimizer.step()
+''',
+            after='''import torch
+from torch.utils.data import DataLoader, TensorDataset
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data.distributed import DistributedSampler
+
+if __name__ == "__main__":
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    batch_size = 16
+    num_gpu = torch.cuda.device_count()
+    if num_gpu > 1:
+        batch_size = batch_size * num_gpu
+    model = DDP(torch.nn.Linear(4, 1), device_ids=None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    dataset = TensorDataset(torch.randn(64, 4))
+    sampler = DistributedSampler(dataset, shuffle=True)
+    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+    try:
+        for epoch in range(2):
+            sampler.set_epoch(epoch)
+            for (x,) in loader:
+                model(x).sum().backward()
+                optimizer.step()
+    finally:
+        dist.destroy_process_group()
+''',
+            diagnostics=("DDP120",),
+        ),
+    ),
 )
 
 EVAL_SHARDED = Rule(
@@ -197,6 +254,12 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
             _report(facts, plan, ACCUMULATION, node)
         if facts.batchnorm_layers:
             _report(facts, plan, SYNC_BATCHNORM, facts.batchnorm_layers[0])
+        for statement, scaled in _batch_scaled_by_gpu_count(facts.module):
+            line, col = facts.line_col(statement)
+            plan.diagnostics.append(Diagnostic(GLOBAL_BATCH.code, line, col, (
+                f"`{scaled}` is multiplied by the GPU count (a DataParallel habit: one process split it over the GPUs); "
+                "under DDP every process loads that many samples: drop the multiplication to keep the global batch"
+            )))
     # Code that is already distributed chose its sharded evaluation and its rank checks, and runs
     # as it is: there, a sharded evaluation loader is reported only when nothing in the file
     # combines the ranks' results, and rank checks are left alone (each is deliberate far more
@@ -219,6 +282,29 @@ COLLECTIVE_NAMES = frozenset(
 # Calls that combine per-rank results: torch.distributed's collectives and the helpers projects
 # write around them (`torch_dist_sum`, `reduce_tensor`, `metric_logger.synchronize_between_processes()`).
 _COMBINING_WORDS = ("reduce", "gather", "dist_sum", "synchron")
+
+
+def _batch_scaled_by_gpu_count(module: cst.Module) -> List[Tuple[cst.CSTNode, str]]:
+    """`opt.batch_size = opt.batch_size * opt.num_gpu` (num_gpu = torch.cuda.device_count()),
+    `batch_size *= torch.cuda.device_count()`."""
+    counts = {"device_count"}
+    for assign in descendants(module, cst.Assign):
+        if any(attribute_name(call.func) == "device_count" for call in descendants(assign.value, cst.Call)):
+            counts.update(code_of(t.target) for t in assign.targets)
+    found = []
+    for statement in descendants(module, cst.SimpleStatementLine):
+        small = statement.body[0]
+        if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.MultiplyAssign):
+            target, factors = small.target, [small.value]
+        elif isinstance(small, cst.Assign) and isinstance(small.value, cst.BinaryOperation) and isinstance(small.value.operator, cst.Multiply):
+            target, factors = small.targets[0].target, [small.value.left, small.value.right]
+        else:
+            continue
+        if "batch" not in code_of(target).lower():
+            continue
+        if any(code_of(f) in counts or any(attribute_name(c.func) == "device_count" for c in descendants(f, cst.Call)) for f in factors):
+            found.append((statement, code_of(target)))
+    return found
 
 
 def _iterated_here(module: cst.Module, loader: Optional[str]) -> bool:
