@@ -495,7 +495,32 @@ def parameter_owners(self, update: cst.Call) -> List[str]:
         return [code_of(update.func.value)]  # type: ignore[attr-defined]
     if update in self.c.optimizer_helpers:
         return self.models_passed(update)
-    return _parameter_owners(update) or self.parameter_owners_nearby(update)
+    owners = _parameter_owners(update)
+    for owner in self.group_parameter_owners(update):
+        if owner not in owners:
+            owners.append(owner)
+    return owners or self.parameter_owners_nearby(update)
+
+
+def group_parameter_owners(self, optimizer_call: cst.Call) -> List[str]:
+    """`{"params": head.weight, "weight_decay": 4e-4}`: a module whose single Parameter trains.
+
+    Only a module (`head.cuda()`, `DataParallel(head)`, `head.train()`): `{"params": cfg.weights}`
+    never makes `cfg` a model."""
+    owners: List[str] = []
+    if not optimizer_call.args:
+        return owners
+    for group in descendants(optimizer_call.args[0].value, cst.Dict):
+        for element in group.elements:
+            key = getattr(element, "key", None)
+            if not isinstance(key, cst.SimpleString) or key.evaluated_value != "params":
+                continue
+            value = element.value
+            if isinstance(value, cst.Attribute) and isinstance(value.value, (cst.Name, cst.Attribute)):
+                owner = code_of(value.value)
+                if owner not in owners and self.used_as_module(owner):
+                    owners.append(owner)
+    return owners
 
 def models_passed(self, helper: cst.Call) -> List[str]:
     """The models handed to an optimizer-building helper: arguments used as modules elsewhere

@@ -266,6 +266,7 @@ class _Analysis:
     held_before_wrap = _models.held_before_wrap
     trained_through = _models.trained_through
     is_moved = _models.is_moved
+    group_parameter_owners = _models.group_parameter_owners
     moves_itself = _models.moves_itself
     assigned_none = _models.assigned_none
     built_by_helper = _models.built_by_helper

@@ -11,6 +11,8 @@ from migrator.rules.advisories import DATAPARALLEL_LEFT, DATAPARALLEL_SHAPE, MOD
 from migrator.rules.device import to_device
 from migrator.rules.process_group import needs_setup
 from migrator.types import Change, Diagnostic
+from migrator.names import attribute_name
+from migrator.tree import descendants
 
 RULE = Rule(
     code="DDP003",
@@ -240,6 +242,23 @@ def _drop_emptied_else(facts: ScriptFacts, plan: Plan, statement) -> None:
     owner = facts.parents.get(branch) if branch is not None else None
     if isinstance(branch, cst.Else) and isinstance(owner, cst.If) and len(block.body) == 1:  # type: ignore[union-attr]
         plan.replace(owner, lambda node: node.with_changes(orelse=None) if _only_pass(node.orelse) else node)
+    elif isinstance(branch, cst.If) and branch.orelse is None and _plain_test(branch.test):
+        # `if multi_gpus: net = DataParallel(net)`: nothing left to decide, the whole `if` goes.
+        plan.replace(branch, _drop_if_emptied)
+
+
+def _drop_if_emptied(node):
+    # Registered once per DataParallel line in the branch: the first call may already have removed it.
+    if isinstance(node, cst.If) and _only_pass(cst.Else(body=node.body)):
+        return cst.RemoveFromParent()
+    return node
+
+
+def _plain_test(test: cst.BaseExpression) -> bool:
+    """A condition without calls other than the usual CUDA queries (dropping it runs nothing less)."""
+    return all(
+        attribute_name(call.func) in ("is_available", "device_count") for call in descendants(test, cst.Call)
+    )
 
 
 def _only_pass(branch) -> bool:
