@@ -188,6 +188,7 @@ class ScriptFacts:
     dataparallel_sites: Tuple[DataParallelSite, ...]
     blocking_dataparallel: Tuple[DataParallelSite, ...]  # feeds a trained model, cannot be rewritten
     other_dataparallel: Tuple[DataParallelSite, ...]  # elsewhere (inference code): left, and reported
+    evaluation_dataparallel: Tuple[DataParallelSite, ...]  # of those, a final test after training: removed
     device_literals: Tuple[DeviceLiteral, ...]
     cuda_calls: Tuple[CudaCall, ...]
     gpu_indexes: Tuple[GpuIndex, ...]

@@ -142,8 +142,27 @@ def split_dataparallel(self, dp_sites, models) -> Tuple[Tuple[DataParallelSite, 
     for site in dp_sites:
         if id(site) in taken:
             continue
-        (blocking if self.feeds_trained_model(site, models) else other).append(site)
+        if self.feeds_trained_model(site, models) and not self.evaluates_after_training(site, models):
+            blocking.append(site)
+        else:
+            other.append(site)
     return tuple(blocking), tuple(other)
+
+
+def evaluates_after_training(self, site: DataParallelSite, models) -> bool:
+    """`model = DataParallel(model).cuda()` for the final test, after the training loop has run:
+    nothing trains through it (no optimizer takes its parameters afterwards)."""
+    if site.target in {m_.expr for m_ in models}:
+        return False
+    fn = self.enclosing_function(site.call)
+    local = {f.name.value for f in self.c.functions}
+    for loop in self.c.loops:
+        if self.enclosing_function(loop) is not fn or not self.comes_after(site.statement, loop):
+            continue
+        names = {call.func.value if isinstance(call.func, cst.Name) else attribute_name(call.func) for call in self.calls_inside.get(loop, ())}
+        if names & {"backward", "step"} or names & local:
+            return True
+    return False
 
 def feeds_trained_model(self, site: DataParallelSite, models) -> bool:
     fn = self.enclosing_function(site.call)

@@ -117,6 +117,10 @@ class _Analysis:
             dataparallel_sites=dp_sites,
             blocking_dataparallel=self.split_dataparallel(dp_sites, models)[0],
             other_dataparallel=self.split_dataparallel(dp_sites, models)[1],
+            evaluation_dataparallel=tuple(
+                site for site in self.split_dataparallel(dp_sites, models)[1]
+                if self.feeds_trained_model(site, models) and self.evaluates_after_training(site, models)
+            ),
             device_literals=tuple(filter(None, (self.device_literal(s) for s in self.c.device_strings))),
             cuda_calls=cuda_calls,
             gpu_indexes=self.gpu_indexes(),
@@ -266,6 +270,7 @@ class _Analysis:
     held_before_wrap = _models.held_before_wrap
     trained_through = _models.trained_through
     is_moved = _models.is_moved
+    evaluates_after_training = _models.evaluates_after_training
     group_parameter_owners = _models.group_parameter_owners
     moves_itself = _models.moves_itself
     assigned_none = _models.assigned_none

@@ -109,8 +109,15 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
             line, col = facts.line_col(site.call)
             plan.diagnostics.append(Diagnostic(DATAPARALLEL_SHAPE.code, line, col, DATAPARALLEL_SHAPE.summary))
     for site in facts.other_dataparallel:
-        if needs_setup(facts):
-            line, col = facts.line_col(site.call)
+        if not needs_setup(facts):
+            continue
+        line, col = facts.line_col(site.call)
+        if site in facts.evaluation_dataparallel:
+            # The final test after training, in the same torchrun process: a DataParallel there would
+            # demand its module on cuda:0 and fail on every other rank. Each rank tests on its own GPU.
+            _unwrap_site(facts, plan, site, keep_move=site.chained is not None and site.inner is not None and site.target == code_of(site.inner))
+            plan.changes.append(Change(RULE.code, line, col, "DataParallel for the evaluation after training removed (one GPU per process)"))
+        else:
             plan.diagnostics.append(Diagnostic(DATAPARALLEL_LEFT.code, line, col, DATAPARALLEL_LEFT.summary))
     if not needs_setup(facts):
         return
@@ -220,19 +227,21 @@ def _strip_dataparallel(facts: ScriptFacts, plan: Plan, model: ModelFact) -> Non
     """DataParallel in branches or on submodules: unwrap each, then one DDP around the whole model."""
     for site in model.stripped:
         line, col = facts.line_col(site.call)
-        moved_only = site.target == model.expr and site.chained is not None
-        if moved_only:
-            # `model = DP(model).cuda()` -> `model = model.cuda()`: still moved to its device.
-            chained = site.chained
-            plan.replace(chained, lambda c, site=site: c.with_changes(func=c.func.with_changes(value=site.inner)))
-        else:
-            # `model.features = DP(model.features)` or `model = DP(model)`: nothing left to do there.
-            plan.replace(site.statement, _remove_statement)
-            _drop_emptied_else(facts, plan, site.statement)
+        _unwrap_site(facts, plan, site, keep_move=site.target == model.expr and site.chained is not None)
         plan.changes.append(Change(RULE.code, line, col, f"DataParallel removed: {model.expr} is wrapped whole in DDP below"))
     plan.insert_after(model.wrap_after, _wrap_statement(facts, model))
     line, col = facts.line_col(model.wrap_after)
     plan.changes.append(Change(RULE.code, line, col, f"{model.expr} wrapped in DistributedDataParallel"))
+
+
+def _unwrap_site(facts: ScriptFacts, plan: Plan, site: DataParallelSite, keep_move: bool) -> None:
+    if keep_move:
+        # `model = DP(model).cuda()` -> `model = model.cuda()`: still moved to its device.
+        plan.replace(site.chained, lambda c, site=site: c.with_changes(func=c.func.with_changes(value=site.inner)))
+    else:
+        # `model.features = DP(model.features)` or `model = DP(model)`: nothing left to do there.
+        plan.replace(site.statement, _remove_statement)
+        _drop_emptied_else(facts, plan, site.statement)
 
 
 def _drop_emptied_else(facts: ScriptFacts, plan: Plan, statement) -> None:
