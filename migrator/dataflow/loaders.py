@@ -116,7 +116,10 @@ class LoaderFlow(EpochFlow):
         # `return DataLoader(...)` or `return train_loader, val_loader` from a helper function.
         fn = self.a.enclosing_function(call)
         if fn is not None and isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Return):
-            return None, self.returned_uses(fn, 0)
+            found: List[Tuple[cst.For, str]] = []
+            for path in _paths_to_node(statement.body[0].value, call, ()):
+                found += self.returned_uses(fn, path)
+            return None, found
         return None, []
 
     def uses(self, expr: str, owner: ScopeOwner, depth: int = 0) -> List[Tuple[cst.For, str]]:
@@ -133,14 +136,14 @@ class LoaderFlow(EpochFlow):
             for call in self.calls_within(scope):
                 fn = self.callee(call)
                 param = self.param_for(fn, call, expr) if fn is not None else None
-                if param is not None and depth < 3:
+                if param is not None and depth < MAX_DEPTH:
                     found += [(loop, expr) for loop, _ in self.uses(param, fn, depth + 1)]
                 elif fn is None and self.external_training_call(call, expr):
                     found.append((call, expr))  # type: ignore[arg-type]
                 elif fn is None and self.external_trainer(call, expr):
                     found += [(run, expr) for run in self.trainer_runs(call)]  # type: ignore[misc]
         # `self.loader = loader` in a constructor or method: the loader lives on the instance.
-        if "." not in expr and isinstance(owner, cst.FunctionDef) and depth < 3:
+        if "." not in expr and isinstance(owner, cst.FunctionDef) and depth < MAX_DEPTH:
             for attribute in self.stored_on_self(expr, owner):
                 found += [(loop, expr) for loop, _ in self.uses(attribute, owner, depth + 1)]
         # A helper that returns the loader: `train_loader, val_loader = make_loaders(...)`.
@@ -174,20 +177,30 @@ class LoaderFlow(EpochFlow):
         for target, statement in self.c.assignments:
             if not target.startswith("self.") or self.a.scope_of(statement) is not fn:
                 continue
-            value = getattr(statement.body[0], "value", None)
+            small = statement.body[0]
+            value = getattr(small, "value", None)
             if isinstance(value, cst.Name) and value.value == name:
                 found.append(target)
+            elif isinstance(small, cst.Assign) and isinstance(value, cst.Tuple):
+                # `self.model, self.data_loader = model, data_loader`: element by element.
+                for assign_target in small.targets:
+                    names = assign_target.target
+                    if isinstance(names, cst.Tuple) and len(names.elements) == len(value.elements):
+                        found += [
+                            target for element, item in zip(names.elements, value.elements)
+                            if code_of(element.value) == target and isinstance(item.value, cst.Name) and item.value.value == name
+                        ]
         return found
 
-    def return_positions(self, fn: cst.FunctionDef, expr: str) -> List[int]:
-        positions = []
+    def return_positions(self, fn: cst.FunctionDef, expr: str) -> List[Tuple[int, ...]]:
+        """Where `fn` returns `expr`: a path into nested tuples (`return (train, val), w` -> (0, 0))."""
+        positions: List[Tuple[int, ...]] = []
         for ret in descendants(fn, cst.Return):
-            value = ret.value
-            elements = [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
-            positions += [i for i, e in enumerate(elements) if e is not None and code_of(e) == expr]
+            if ret.value is not None:
+                positions += _paths_to(ret.value, expr, ())
         return positions
 
-    def returned_uses(self, fn: cst.FunctionDef, position: int) -> List[Tuple[cst.For, str]]:
+    def returned_uses(self, fn: cst.FunctionDef, path: Tuple[int, ...]) -> List[Tuple[cst.For, str]]:
         found: List[Tuple[cst.For, str]] = []
         for call in self.c.calls:
             if self.callee(call) is not fn:
@@ -198,11 +211,53 @@ class LoaderFlow(EpochFlow):
             assign = statement.body[0]
             if assign.value is not call:
                 continue
-            target = assign.targets[0].target
-            elements = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
-            if position < len(elements):
-                found += self.uses(code_of(elements[position]), self.a.scope_of(call), depth=1)
+            name = self.unpacked_name(assign.targets[0].target, path, statement)
+            if name is not None:
+                found += self.uses(name, self.a.scope_of(call), depth=1)
         return found
+
+    def unpacked_name(self, target: cst.BaseExpression, path: Tuple[int, ...], statement: Statement) -> Optional[str]:
+        """The name the value at `path` ends up in: `(train, val), w = f()`, or `loaders, w = f()`
+        followed by `train, val = loaders` in the same function."""
+        if not path:
+            return code_of(target) if isinstance(target, (cst.Name, cst.Attribute)) else None
+        if isinstance(target, (cst.Tuple, cst.List)):
+            if path[0] >= len(target.elements):
+                return None
+            return self.unpacked_name(target.elements[path[0]].value, path[1:], statement)
+        if not isinstance(target, cst.Name):
+            return None
+        scope = self.a.scope_of(statement)
+        for name, later in self.c.assignments:
+            small = later.body[0]
+            if (
+                later is not statement and self.a.scope_of(later) is scope and self.a.comes_after(later, statement)
+                and isinstance(small, cst.Assign) and isinstance(small.value, cst.Name) and small.value.value == target.value
+            ):
+                return self.unpacked_name(small.targets[0].target, path, later)
+        return None
+
+
+# How many hand-overs a loader is followed through: returned by a helper, passed to train(), to a
+# Trainer's __init__, stored on self and looped over in a method is four.
+MAX_DEPTH = 4
+
+
+def _paths_to_node(value: Optional[cst.BaseExpression], node: cst.CSTNode, prefix: Tuple[int, ...]) -> List[Tuple[int, ...]]:
+    if value is node:
+        return [prefix]
+    if isinstance(value, cst.Tuple):
+        return [p for i, e in enumerate(value.elements) for p in _paths_to_node(e.value, node, (*prefix, i))]
+    return []
+
+
+def _paths_to(value: cst.BaseExpression, expr: str, prefix: Tuple[int, ...]) -> List[Tuple[int, ...]]:
+    if isinstance(value, cst.Tuple):
+        paths: List[Tuple[int, ...]] = []
+        for index, element in enumerate(value.elements):
+            paths += _paths_to(element.value, expr, (*prefix, index))
+        return paths
+    return [prefix] if code_of(value) == expr else []
 
 
 def _shuffles(shuffle: Optional[cst.Arg]) -> bool:
