@@ -402,7 +402,10 @@ UNTRACED_LOADER = Rule(
     code="DDP108",
     name="untraced-loader",
     summary="training loader the tool cannot trace (built in an expression, a lambda, or elsewhere): shard it by hand",
-    what="A DataLoader the tool cannot follow from where it is built to the loop that trains on it.",
+    what="""
+A DataLoader the tool cannot follow from where it is built to the loop that trains on it; also a
+migrated script whose training no DataLoader of the file feeds at all (`get_batch()` slices of a
+tensor, a custom iterator, full-batch training): every rank then trains on the same data.""",
     why="A loader that trains but is not sharded makes every rank repeat the same work.",
     fix="Assign the loader to a variable, or add `sampler=DistributedSampler(dataset)` yourself.",
     fix_safety="Not fixable automatically.",

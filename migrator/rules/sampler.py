@@ -140,11 +140,22 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
         # The model trains, yet no loader could be followed to the training loop (it went through
         # nested returns or into another module): a shuffled one is almost surely the training
         # data. Said, not guessed: each rank would otherwise read the whole data set unnoticed.
+        said = False
         for loader in facts.loaders:
             if loader.problem is None and loader.shuffle is not None and _shuffles(loader.shuffle):
                 line, col = facts.line_col(loader.call)
                 message = f"{loader.target or 'loader'}: shuffled, but its path to the training loop could not be followed; {UNTRACED_LOADER.summary}"
                 plan.diagnostics.append(Diagnostic(UNTRACED_LOADER.code, line, col, message))
+                said = True
+        if not said and facts.models:
+            # Batches from tensors (`get_batch()`, `batchify`), a custom iterator or the whole data set
+            # at once: correct under DDP, but every rank computes the same thing. Said, so nobody
+            # expects a speed-up the migration did not deliver.
+            line, col = facts.line_col(facts.models[0].optimizer_call)
+            plan.diagnostics.append(Diagnostic(UNTRACED_LOADER.code, line, col, (
+                "no DataLoader of this file feeds the training (batches come from tensors, a custom iterator "
+                "or the whole data set): every rank trains on the same data; split it by dist.get_rank() by hand"
+            )))
 
 
 def _shuffles(shuffle: cst.Arg) -> bool:
