@@ -20,6 +20,7 @@ CODES: Tuple[Tuple[str, str], ...] = (
     ("DDP014", "checkpoint-keys"),
     ("DDP015", "module-api"),
     ("DDP016", "makedirs-exist-ok"),
+    ("DDP018", "download-once"),
     ("DDP020", "local-rank-argument"),
     ("DDP021", "launch-command-in-python"),
     ("DDP017", "async-keyword"),

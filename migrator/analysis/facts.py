@@ -237,7 +237,7 @@ class ScriptFacts:
         if self.entry is None:
             return False
         owner = self.owner_of(node)
-        after_anchor = self.order.get(node, 0) > self.order.get(self.entry.anchor, 0)
+        after_anchor = self.order.get(node, 0) >= self.order.get(self.entry.anchor, 0)  # the setup goes before the anchor
         if owner is self.entry.scope:
             return after_anchor
         if owner is self.module:

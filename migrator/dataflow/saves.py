@@ -84,6 +84,10 @@ class SaveFlow(FlowBase):
         statements = [self.a.statement_of(call) for call in calls]
         if not calls or any(not isinstance(s, cst.SimpleStatementLine) for s in statements):
             return None
+        if any(not _bare_call(s, c) for s, c in zip(statements, calls)):
+            # `train_set = CachedDataset(root)` (its __init__ caches to disk), `path = save(...)`:
+            # the result is needed on every rank, so the write is guarded inside instead.
+            return None
         return calls
 
     def save_statement(self, call: cst.Call) -> Optional[Statement]:
@@ -215,6 +219,11 @@ class SaveFlow(FlowBase):
             if calls and all(self.c.resolve(call.func) == "torch.distributed.barrier" for call in calls):
                 by_function.setdefault(self.a.enclosing_function(node), []).append(node)
         return {node for nodes in by_function.values() if len(nodes) >= 2 for node in nodes}
+
+
+def _bare_call(statement: cst.SimpleStatementLine, call: cst.Call) -> bool:
+    """Is `call` the whole statement (`save_checkpoint(state, is_best)`), its result unused?"""
+    return len(statement.body) == 1 and isinstance(statement.body[0], cst.Expr) and statement.body[0].value is call
 
 
 def _per_rank(statement: cst.CSTNode) -> bool:

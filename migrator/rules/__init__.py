@@ -17,6 +17,7 @@ from migrator.rules import (
     caveats,
     device,
     directories,
+    downloads,
     launch_calls,
     local_rank,
     process_group,
@@ -44,6 +45,7 @@ FIXERS: Tuple[Tuple[Rule, Planner], ...] = (
     (unwrap_module.CHECKPOINT_KEYS, unwrap_module.plan_checkpoint_keys),
     (unwrap_module.MODULE_API, unwrap_module.plan_module_api),
     (directories.RULE, directories.plan),
+    (downloads.RULE, downloads.plan),
     (local_rank.RULE, local_rank.plan),
     (launch_calls.RULE, launch_calls.plan),
 )

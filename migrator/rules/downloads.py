@@ -1,0 +1,148 @@
+"""DDP018: a data set that downloads itself (`download=True`) is downloaded by rank 0 alone."""
+from __future__ import annotations
+
+from typing import List
+
+import libcst as cst
+
+from migrator.analysis import ScriptFacts
+from migrator.edits import Plan
+from migrator.rule import Example, Rule
+from migrator.rules import _build
+from migrator.rules.process_group import needs_setup
+from migrator.tree import descendants
+from migrator.types import Change
+
+RULE = Rule(
+    code="DDP018",
+    name="download-once",
+    summary="let rank 0 download a data set first; the other ranks wait at a barrier, then read it",
+    what="""
+Statements that build a data set with `download=True` (torchvision's `CIFAR10(root, download=True)`
+and friends) run on rank 0 first: the other ranks wait at `dist.barrier()` before them, rank 0
+joins that barrier after them, and then every rank finds the files in place. Consecutive such
+statements (train and test sets) share one pair of barriers.""",
+    why="""
+Under torchrun every rank runs the same code. On the first run each one starts downloading and
+extracting the same archive into the same folder: partial files, "File not found or corrupted",
+or an extraction that fails half-way on some ranks.""",
+    fix="Barrier before the download on ranks other than 0, and after it on rank 0.",
+    fix_safety="Safe: every rank passes exactly one barrier; only the order of the downloads changes.",
+    fixable=True,
+    examples=(
+        Example(
+            id="torchvision-download",
+            before='''import torch
+import torchvision
+from torch.utils.data import DataLoader
+
+
+def main():
+    train_set = torchvision.datasets.MNIST("data", train=True, download=True)
+    test_set = torchvision.datasets.MNIST("data", train=False, download=True)
+    loader = DataLoader(train_set, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(784, 10)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            torch.nn.functional.cross_entropy(model(x.flatten(1).float()), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+import torchvision
+from torch.utils.data import DataLoader
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data.distributed import DistributedSampler
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    if dist.get_rank() != 0:
+        dist.barrier()  # rank 0 downloads the data set first
+    train_set = torchvision.datasets.MNIST("data", train=True, download=True)
+    test_set = torchvision.datasets.MNIST("data", train=False, download=True)
+    if dist.get_rank() == 0:
+        dist.barrier()
+    sampler = DistributedSampler(train_set, shuffle=True)
+    loader = DataLoader(train_set, batch_size=8, sampler=sampler)
+    model = torch.nn.Linear(784, 10)
+    model = DDP(model, device_ids=None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            torch.nn.functional.cross_entropy(model(x.flatten(1).float()), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+        ),
+    ),
+)
+
+BEFORE = "if {dist}.get_rank() != 0:\n\t{dist}.barrier()  # rank 0 downloads the data set first\n"
+AFTER = "if {dist}.get_rank() == 0:\n\t{dist}.barrier()\n"
+
+
+def plan(facts: ScriptFacts, plan: Plan) -> None:
+    if not needs_setup(facts):
+        return
+    statements = _download_statements(facts)
+    for run in _consecutive_runs(facts, statements):
+        if not all(facts.after_setup(statement) for statement in run):
+            continue  # before the process group exists there is no barrier to wait at
+        plan.insert_before(run[0], _build.statements(facts, BEFORE, dist=facts.names.dist))
+        plan.insert_after(run[-1], _build.statements(facts, AFTER, dist=facts.names.dist))
+        line, col = facts.line_col(run[0])
+        plan.changes.append(Change(RULE.code, line, col, "data set downloaded by rank 0 first, the others wait"))
+
+
+def _download_statements(facts: ScriptFacts) -> List[cst.SimpleStatementLine]:
+    found: List[cst.SimpleStatementLine] = []
+    for call in descendants(facts.module, cst.Call):
+        if not any(arg.keyword is not None and arg.keyword.value == "download" and _is_true(arg.value) for arg in call.args):
+            continue
+        node: cst.CSTNode = call
+        while node is not None and not isinstance(node, cst.SimpleStatementLine):
+            node = facts.parents.get(node)  # type: ignore[assignment]
+        if node is not None and node not in found and _in_a_block(facts, node):
+            found.append(node)  # type: ignore[arg-type]
+    return found
+
+
+def _is_true(value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.Name) and value.value == "True"
+
+
+def _in_a_block(facts: ScriptFacts, statement: cst.SimpleStatementLine) -> bool:
+    return isinstance(facts.parents.get(statement), (cst.Module, cst.IndentedBlock))
+
+
+def _consecutive_runs(facts: ScriptFacts, statements: List[cst.SimpleStatementLine]) -> List[List[cst.SimpleStatementLine]]:
+    """Download statements grouped by runs of neighbours in the same block."""
+    runs: List[List[cst.SimpleStatementLine]] = []
+    for statement in statements:
+        block = facts.parents.get(statement)
+        body = list(block.body)  # type: ignore[union-attr]
+        index = body.index(statement)
+        if runs and facts.parents.get(runs[-1][-1]) is block and index > 0 and body[index - 1] is runs[-1][-1]:
+            runs[-1].append(statement)
+        else:
+            runs.append([statement])
+    return runs
