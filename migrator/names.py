@@ -105,7 +105,11 @@ _ARGPARSE_METHODS = frozenset(
         "parse_known_args",
     }
 )
-_LOG_FUNCTIONS = frozenset({"print", "info", "warning", "debug", "log", "write"})
+_LOG_FUNCTIONS = frozenset({
+    "print", "info", "warning", "debug", "log", "write",
+    # TensorBoard: one rank's curves, not N interleaved copies of them in the same run folder.
+    "add_scalar", "add_scalars", "add_image", "add_images", "add_histogram", "add_text", "add_figure",
+})
 
 
 def is_optimizer(qname: str) -> bool:

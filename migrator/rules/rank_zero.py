@@ -110,8 +110,8 @@ LOGGING = Rule(
     name="rank-zero-logging",
     summary="print per-step and per-epoch progress on rank 0 only",
     what="""
-Guards `print(...)`/`logger.info(...)` statements in epoch loops and in the functions that loop
-over loaders with `if dist.get_rank() == 0:`, and gives tqdm progress bars
+Guards `print(...)`/`logger.info(...)`/`writer.add_scalar(...)` statements in epoch loops and in
+the functions that loop over loaders with `if dist.get_rank() == 0:`, and gives tqdm progress bars
 `disable=dist.get_rank() != 0` (the loop itself must still run on every rank). Prints whose arguments run a collective stay
 unguarded (every rank must take part).""",
     why="N ranks print N interleaved copies of every line, and the log stops being readable.",
