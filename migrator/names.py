@@ -242,7 +242,19 @@ def is_preamble(statement: cst.CSTNode, module_level: bool) -> bool:
         return True
     if module_level and isinstance(statement, (cst.Try, cst.If)) and not contains(statement, cst.Call):
         return True
+    if isinstance(statement, cst.Try) and _imports_only(statement.body):
+        # `try: import torch ... except ImportError as e: print(e); raise`: the imports come first.
+        return True
     return False
+
+
+def _imports_only(block: cst.BaseSuite) -> bool:
+    body = getattr(block, "body", ())
+    return bool(body) and all(
+        isinstance(statement, cst.SimpleStatementLine)
+        and all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body)
+        for statement in body
+    )
 
 
 # What stays on the DDP wrapper: nn.Module's own API (tests/test_names.py checks this list

@@ -193,6 +193,8 @@ class ScriptFacts:
     cuda_calls: Tuple[CudaCall, ...]
     gpu_indexes: Tuple[GpuIndex, ...]
     functional_dataparallel: Tuple[cst.Call, ...]  # nn.parallel.data_parallel(module, input, ids)
+    download_statements: Tuple[cst.SimpleStatementLine, ...]  # CIFAR10(root, download=True)
+    batch_scalings: Tuple[Tuple[cst.SimpleStatementLine, str], ...]  # batch_size *= torch.cuda.device_count()
     visible_devices: Tuple[Tuple[cst.SimpleStatementLine, str], ...]  # os.environ["CUDA_VISIBLE_DEVICES"] = ...; `os.environ` as spelled
     import_time_model: Optional[Statement]  # a model built at import time of a module with a main guard
     device_var_needed: bool  # the setup must define `device` (unguarded .cuda() with no device variable)

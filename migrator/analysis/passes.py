@@ -125,6 +125,8 @@ class _Analysis:
             cuda_calls=cuda_calls,
             gpu_indexes=self.gpu_indexes(),
             functional_dataparallel=tuple(self.calls(N.FUNCTIONAL_DATAPARALLEL)),
+            download_statements=self.download_statements(),
+            batch_scalings=self.batch_scalings(),
             visible_devices=self.visible_devices(),
             import_time_model=import_time_model,
             device_var_needed=device_var_needed,
@@ -205,6 +207,40 @@ class _Analysis:
                 (call, self.device_expr_at(call)) for call in self.calls(N.TORCH_LOAD) if not _has_map_location(call)
             ),
         )
+
+    def download_statements(self) -> Tuple[cst.SimpleStatementLine, ...]:
+        """Statements that build a data set with `download=True` (torchvision's CIFAR10(..., download=True))."""
+        found: List[cst.SimpleStatementLine] = []
+        for call in self.c.calls:
+            if any(arg.keyword is not None and arg.keyword.value == "download" and N.is_name(arg.value, "True") for arg in call.args):
+                statement = self.statement_of(call)
+                if isinstance(statement, cst.SimpleStatementLine) and statement not in found:
+                    found.append(statement)
+        return tuple(found)
+
+    def batch_scalings(self) -> Tuple[Tuple[cst.SimpleStatementLine, str], ...]:
+        """`opt.batch_size = opt.batch_size * opt.num_gpu` (num_gpu = torch.cuda.device_count()),
+        `batch_size *= torch.cuda.device_count()`: DataParallel's way to keep the per-GPU batch."""
+        counts = self.calls(frozenset({"torch.cuda.device_count"}))
+        if not counts:
+            return ()
+        names = {code_of(call) for call in counts}  # the call itself, and the names it is kept in
+        for call in counts:
+            names.update(code_of(target) for target in self.c._statement_of_call.get(call, ()))
+        found = []
+        for target, statement in self.c.assignments:
+            small = statement.body[0]
+            if "batch" not in target.split(".")[-1].lower():
+                continue
+            if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.MultiplyAssign):
+                factors = [small.value]
+            elif isinstance(small, cst.Assign) and isinstance(small.value, cst.BinaryOperation) and isinstance(small.value.operator, cst.Multiply):
+                factors = [small.value.left, small.value.right]
+            else:
+                continue
+            if any(code_of(f) in names for f in factors):
+                found.append((statement, target))
+        return tuple(found)
 
     def directory_creations(self) -> Tuple[Tuple[cst.Call, str], ...]:
         """`os.makedirs(d)` and `os.mkdir(d)` that would raise when the directory exists."""

@@ -75,8 +75,14 @@ class LoaderFlow(EpochFlow):
                 N.is_name(c.func, "next") and c.args and code_of(c.args[0].value) == iterator
                 for c in descendants(loop.body, cst.Call)
             )
+            # `if (step + 1) % iters_per_epoch == 0: data_iter = iter(loader)`: restarted inside the
+            # loop, so the range counts all steps of the run, not one pass over the shard.
+            rebuilt = any(
+                N.is_name(c.func, "iter") and _assigned_name(self.a.statement_of(c), c) == iterator
+                for c in descendants(loop.body, cst.Call)
+            )
             bound = loop.iter.args[0]
-            if reads and "len(" not in code_of(bound.value):
+            if reads and not rebuilt and "len(" not in code_of(bound.value):
                 found.append((bound, _iterated(use) or spelled))
         return found
 

@@ -1,6 +1,7 @@
 """Checkpoints and the code only rank 0 should run: saves, prints and logs, rank checks and barriers."""
 from __future__ import annotations
 
+import re
 from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -16,7 +17,7 @@ class SaveFlow(FlowBase):
 
     def saves(self) -> Tuple[SaveSite, ...]:
         sites = []
-        for call in self.a.calls(N.RESULT_WRITES):
+        for call in [*self.a.calls(N.RESULT_WRITES), *self.imported_checkpoint_helpers()]:
             if self.under_rank_check(call):
                 continue
             fn = self.a.enclosing_function(call)
@@ -30,6 +31,24 @@ class SaveFlow(FlowBase):
             shared = next((s for s in statements if self.runs_shared_code(s)), None)
             sites.append(SaveSite(call, statements, shared, inner if helper_calls else None))
         return tuple(sites)
+
+    def imported_checkpoint_helpers(self) -> List[cst.Call]:
+        """`save_checkpoint({...}, path)` imported from the project (`from model.utils.net_utils import
+        save_checkpoint`): a checkpoint write we cannot see into, called as a statement of its own."""
+        found = []
+        for call in self.c.calls:
+            name = call.func.value if isinstance(call.func, cst.Name) else attribute_name(call.func)
+            if not name or not _CHECKPOINT_HELPER.match(name) or self.callee(call) is not None:
+                continue
+            qname = self.c.resolve(call.func) or ""
+            statement = self.a.statement_of(call)
+            if qname.startswith(("torch.", "numpy.")) or not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            # A plain name, or an attribute of an imported module (`utils.save_checkpoint`): never a
+            # method of some object (`trainer.save_model()` may coordinate the ranks itself).
+            if _bare_call(statement, call) and (isinstance(call.func, cst.Name) or qname):
+                found.append(call)
+        return found
 
     def housekeeping_near(self, save: Optional[Statement]) -> Tuple[Statement, ...]:
         """Statements beside `save` that only manage checkpoint files (`for f in glob.glob(prefix + "*"):
@@ -219,6 +238,10 @@ class SaveFlow(FlowBase):
             if calls and all(self.c.resolve(call.func) == "torch.distributed.barrier" for call in calls):
                 by_function.setdefault(self.a.enclosing_function(node), []).append(node)
         return {node for nodes in by_function.values() if len(nodes) >= 2 for node in nodes}
+
+
+# Names projects give their checkpoint writers (save_checkpoint, save_model, save_network, save_ckpt).
+_CHECKPOINT_HELPER = re.compile(r"^save_(checkpoint|model|network|net|ckpt|weights|state)s?$")
 
 
 def _bare_call(statement: cst.SimpleStatementLine, call: cst.Call) -> bool:

@@ -38,6 +38,7 @@ FIXERS: Tuple[Tuple[Rule, Planner], ...] = (
     (device.RULE, device.plan),
     (wrap_model.RULE, wrap_model.plan),
     (shutdown.RULE, shutdown.plan),
+    (downloads.RULE, downloads.plan),  # before the sampler: its barrier precedes a data set the sampler hoists
     (sampler.RULE, sampler.plan),
     (set_epoch.RULE, set_epoch.plan),
     (rank_zero.CHECKPOINT, rank_zero.plan_checkpoints),
@@ -45,7 +46,6 @@ FIXERS: Tuple[Tuple[Rule, Planner], ...] = (
     (unwrap_module.CHECKPOINT_KEYS, unwrap_module.plan_checkpoint_keys),
     (unwrap_module.MODULE_API, unwrap_module.plan_module_api),
     (directories.RULE, directories.plan),
-    (downloads.RULE, downloads.plan),
     (local_rank.RULE, local_rank.plan),
     (launch_calls.RULE, launch_calls.plan),
 )

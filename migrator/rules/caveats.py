@@ -6,12 +6,11 @@ what the numbers mean or where a script can hang.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Optional
 
 import libcst as cst
 
 from migrator.analysis import ScriptFacts
-from migrator.analysis.helpers import code_of
 from migrator.names import attribute_name
 from migrator.tree import descendants
 from migrator.edits import Plan
@@ -254,7 +253,7 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
             _report(facts, plan, ACCUMULATION, node)
         if facts.batchnorm_layers:
             _report(facts, plan, SYNC_BATCHNORM, facts.batchnorm_layers[0])
-        for statement, scaled in _batch_scaled_by_gpu_count(facts.module):
+        for statement, scaled in facts.batch_scalings:
             line, col = facts.line_col(statement)
             plan.diagnostics.append(Diagnostic(GLOBAL_BATCH.code, line, col, (
                 f"`{scaled}` is multiplied by the GPU count (a DataParallel habit: one process split it over the GPUs); "
@@ -282,29 +281,6 @@ COLLECTIVE_NAMES = frozenset(
 # Calls that combine per-rank results: torch.distributed's collectives and the helpers projects
 # write around them (`torch_dist_sum`, `reduce_tensor`, `metric_logger.synchronize_between_processes()`).
 _COMBINING_WORDS = ("reduce", "gather", "dist_sum", "synchron")
-
-
-def _batch_scaled_by_gpu_count(module: cst.Module) -> List[Tuple[cst.CSTNode, str]]:
-    """`opt.batch_size = opt.batch_size * opt.num_gpu` (num_gpu = torch.cuda.device_count()),
-    `batch_size *= torch.cuda.device_count()`."""
-    counts = {"device_count"}
-    for assign in descendants(module, cst.Assign):
-        if any(attribute_name(call.func) == "device_count" for call in descendants(assign.value, cst.Call)):
-            counts.update(code_of(t.target) for t in assign.targets)
-    found = []
-    for statement in descendants(module, cst.SimpleStatementLine):
-        small = statement.body[0]
-        if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.MultiplyAssign):
-            target, factors = small.target, [small.value]
-        elif isinstance(small, cst.Assign) and isinstance(small.value, cst.BinaryOperation) and isinstance(small.value.operator, cst.Multiply):
-            target, factors = small.targets[0].target, [small.value.left, small.value.right]
-        else:
-            continue
-        if "batch" not in code_of(target).lower():
-            continue
-        if any(code_of(f) in counts or any(attribute_name(c.func) == "device_count" for c in descendants(f, cst.Call)) for f in factors):
-            found.append((statement, code_of(target)))
-    return found
 
 
 def _iterated_here(module: cst.Module, loader: Optional[str]) -> bool:

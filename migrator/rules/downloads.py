@@ -10,7 +10,6 @@ from migrator.edits import Plan
 from migrator.rule import Example, Rule
 from migrator.rules import _build
 from migrator.rules.process_group import needs_setup
-from migrator.tree import descendants
 from migrator.types import Change
 
 RULE = Rule(
@@ -103,7 +102,7 @@ AFTER = "if {dist}.get_rank() == 0:\n\t{dist}.barrier()\n"
 def plan(facts: ScriptFacts, plan: Plan) -> None:
     if not needs_setup(facts):
         return
-    statements = _download_statements(facts)
+    statements = [s for s in facts.download_statements if _in_a_block(facts, s)]
     for run in _consecutive_runs(facts, statements):
         if not all(facts.after_setup(statement) for statement in run):
             continue  # before the process group exists there is no barrier to wait at
@@ -111,23 +110,6 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
         plan.insert_after(run[-1], _build.statements(facts, AFTER, dist=facts.names.dist))
         line, col = facts.line_col(run[0])
         plan.changes.append(Change(RULE.code, line, col, "data set downloaded by rank 0 first, the others wait"))
-
-
-def _download_statements(facts: ScriptFacts) -> List[cst.SimpleStatementLine]:
-    found: List[cst.SimpleStatementLine] = []
-    for call in descendants(facts.module, cst.Call):
-        if not any(arg.keyword is not None and arg.keyword.value == "download" and _is_true(arg.value) for arg in call.args):
-            continue
-        node: cst.CSTNode = call
-        while node is not None and not isinstance(node, cst.SimpleStatementLine):
-            node = facts.parents.get(node)  # type: ignore[assignment]
-        if node is not None and node not in found and _in_a_block(facts, node):
-            found.append(node)  # type: ignore[arg-type]
-    return found
-
-
-def _is_true(value: cst.BaseExpression) -> bool:
-    return isinstance(value, cst.Name) and value.value == "True"
 
 
 def _in_a_block(facts: ScriptFacts, statement: cst.SimpleStatementLine) -> bool:
