@@ -214,7 +214,7 @@ class ScriptFacts:
     launch_literals: Tuple[cst.BaseExpression, ...]  # strings / argv lists running torch.distributed.launch|run
     legacy_launch_imports: Tuple[cst.CSTNode, ...]  # import torch.distributed.launch
     model_uses: Tuple[ModelUse, ...]  # attributes of wrapped models (state_dict, custom methods)
-    whole_model_saves: Tuple[Tuple[cst.Arg, ModelFact], ...]  # torch.save(model, f) after the wrap
+    whole_model_saves: Tuple[Tuple[cst.CSTNode, ModelFact], ...]  # torch.save(model, f), {"net": net} saved, after the wrap
     directory_creations: Tuple[Tuple[cst.Call, str], ...]  # os.makedirs(d) / os.mkdir(d) without exist_ok; how `os` is spelled
     returned_models: Tuple[Tuple[cst.Name, ModelFact], ...]  # `return ..., model` from the entry function
     bare_unwraps: Tuple[Tuple[cst.Name, ModelFact], ...]  # `model._orig_mod if c else model`: the bare `model`

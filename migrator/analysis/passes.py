@@ -256,22 +256,41 @@ class _Analysis:
             found.append((call, spelled))
         return tuple(found)
 
-    def whole_model_saves(self, flow: Flow, wrapped) -> List[Tuple[cst.Arg, ModelFact]]:
-        found = []
+    def whole_model_saves(self, flow: Flow, wrapped) -> List[Tuple[cst.CSTNode, ModelFact]]:
+        """`torch.save(model, f)` and `state = {"net": net, ...}; torch.save(state, f)` after the wrap:
+        the pickled object (an Arg or a DictElement) must be the bare module, since a pickled DDP
+        cannot be loaded without a process group."""
+        found: List[Tuple[cst.CSTNode, ModelFact]] = []
         for call in self.calls(N.TORCH_SAVE):
             if not call.args:
                 continue
-            saved = code_of(call.args[0].value)
-            model = next((
-                model for model in wrapped
-                for spelling, scope, after in flow.wrapped_scopes(model, model.wrap_after)
-                if saved == spelling and self.is_inside(call, scope) and (after is None or self.comes_after(call, after))
-            ), None)
-            # One edit per save: a helper that reads a global model lies in several of its scopes
-            # (the module and the function), and two edits would save `model.module.module`.
-            if model is not None:
-                found.append((call.args[0], model))
+            for holder in [call.args[0], *self.pickled_dict_elements(call)]:
+                saved = code_of(holder.value)
+                model = next((
+                    model for model in wrapped
+                    for spelling, scope, after in flow.wrapped_scopes(model, model.wrap_after)
+                    if saved == spelling and self.is_inside(call, scope) and (after is None or self.comes_after(call, after))
+                ), None)
+                # One edit per save: a helper that reads a global model lies in several of its scopes
+                # (the module and the function), and two edits would save `model.module.module`.
+                if model is not None and all(holder is not h for h, _ in found):
+                    found.append((holder, model))
         return found
+
+    def pickled_dict_elements(self, call: cst.Call) -> List[cst.DictElement]:
+        """The values of the dict torch.save writes: a literal, or one assigned to a name just before."""
+        value = call.args[0].value
+        if isinstance(value, cst.Name):
+            scope = self.scope_of(call)
+            assigned = [
+                statement.body[0].value for target, statement in self.c.assignments
+                if target == value.value and self.scope_of(statement) is scope and not self.comes_after(statement, self.statement_of(call))
+                and isinstance(getattr(statement.body[0], "value", None), cst.Dict)
+            ]
+            value = assigned[-1] if assigned else value
+        if not isinstance(value, cst.Dict):
+            return []
+        return [element for element in value.elements if isinstance(element, cst.DictElement)]
 
     # -- entry point -------------------------------------------------------------------
     # (functions in migrator/analysis/entry.py)

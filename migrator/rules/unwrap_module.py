@@ -18,7 +18,9 @@ CHECKPOINT_KEYS = Rule(
     what="""
 A script that saved `model.state_dict()` on one GPU now saves `model.module.state_dict()`, so the
 keys carry no `module.` prefix and the original code still loads them; loading goes through
-`model.module.load_state_dict(...)` likewise, and `torch.save(model, f)` saves `model.module`.
+`model.module.load_state_dict(...)` likewise, and `torch.save(model, f)` saves `model.module`, as
+does a model pickled inside a dict (`state = {"net": net}; torch.save(state, f)`), in DataParallel
+scripts too: a pickled DDP wrapper cannot be loaded without a process group.
 A DataParallel script keeps its `module.`-prefixed keys exactly as before (DDP's wrapper has the
 same prefix), unless a later move (`if args.half: model.half()`) puts the wrap below its checkpoint
 load: the load then runs on the bare module, and its saves drop the prefix to match, so the
@@ -130,6 +132,54 @@ def main():
         optimizer.step()
         if dist.get_rank() == 0:
             torch.save({"state_dict": model.module.state_dict()}, "last.pt")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+        ),
+        Example(
+            id="model-pickled-in-a-dict",
+            before='''import torch
+
+
+def main():
+    net = torch.nn.DataParallel(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    for epoch in range(2):
+        net(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+        state = {"net": net, "epoch": epoch}
+        torch.save(state, "ckpt.t7")
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    net = DDP(torch.nn.Linear(4, 1), device_ids=None)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    for epoch in range(2):
+        net(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+        state = {"net": net.module, "epoch": epoch}
+        if dist.get_rank() == 0:
+            torch.save(state, "ckpt.t7")
 
 
 if __name__ == "__main__":
@@ -304,10 +354,11 @@ def plan_checkpoint_keys(facts: ScriptFacts, plan: Plan) -> None:
             line, col = facts.line_col(name)
             plan.changes.append(Change(CHECKPOINT_KEYS.code, line, col, f"{name.value} returned unwrapped (.module) to the caller"))
     for arg, model in facts.whole_model_saves:
-        if _keys_change(model):
-            plan.replace(arg, lambda a: a.with_changes(value=cst.Attribute(value=a.value, attr=cst.Name("module"))))
-            line, col = facts.line_col(arg)
-            plan.changes.append(Change(CHECKPOINT_KEYS.code, line, col, "the unwrapped model is saved"))
+        # Always the bare module, DataParallel scripts included: a pickled DDP wrapper cannot be
+        # loaded without a process group (a pickled DataParallel could).
+        plan.replace(arg, lambda a: a.with_changes(value=cst.Attribute(value=a.value, attr=cst.Name("module"))))
+        line, col = facts.line_col(arg)
+        plan.changes.append(Change(CHECKPOINT_KEYS.code, line, col, "the unwrapped model is saved"))
     for call, device in facts.torch_loads:
         location = device or '"cpu"'
         plan.replace(call, lambda c, location=location: _build.with_keyword(c, "map_location", location))
