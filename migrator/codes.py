@@ -39,6 +39,7 @@ CODES: Tuple[Tuple[str, str], ...] = (
     ("DDP113", "python-launch-unsafe"),
     ("DDP115", "save-after-teardown"),
     ("DDP114", "training-not-migrated"),
+    ("DDP116", "moved-after-wrap"),
     ("DDP120", "global-batch-size"),
     ("DDP121", "sharded-evaluation"),
     ("DDP122", "gradient-accumulation-no-sync"),

@@ -20,6 +20,7 @@ from migrator.rules import (
     downloads,
     launch_calls,
     local_rank,
+    moved_after_wrap,
     process_group,
     rank_zero,
     sampler,
@@ -53,12 +54,13 @@ FIXERS: Tuple[Tuple[Rule, Planner], ...] = (
 # Report-only planners: they add diagnostics, never edits.
 REPORTERS: Tuple[Tuple[Tuple[Rule, ...], Planner], ...] = (
     (caveats.RULES, caveats.plan),
+    ((moved_after_wrap.RULE,), moved_after_wrap.plan),
     # Last: it reports a training file that everything above left unchanged and unreported.
     ((unmigrated.RULE,), unmigrated.plan),
 )
 
 # Launcher files (shell, Make, YAML, Dockerfile, Markdown) share the codes and the registry.
 RULES: Tuple[Rule, ...] = (
-    tuple(rule for rule, _ in FIXERS) + (ASYNC_KEYWORD,) + advisories.RULES + (unmigrated.RULE,) + caveats.RULES + LAUNCHER_RULES
+    tuple(rule for rule, _ in FIXERS) + (ASYNC_KEYWORD,) + advisories.RULES + (unmigrated.RULE, moved_after_wrap.RULE) + caveats.RULES + LAUNCHER_RULES
 )
 RULES_BY_CODE: Dict[str, Rule] = {rule.code: rule for rule in RULES}
