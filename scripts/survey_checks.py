@@ -251,7 +251,61 @@ def extra_process_group_problems(before: ast.AST, after: ast.AST) -> Problems:
     return [f"init_process_group calls went from {old} to {new}"] if new > old else []
 
 
-WRONG_CHECKS: Tuple[Callable[[ast.AST], Problems], ...] = (double_wrap_problems, move_after_wrap_problems)
+# Names the migration's setup uses at module level: each must be bound (imported, assigned) above
+# its first module-level use, or the script dies with NameError on every rank.
+SETUP_NAMES = ("os", "torch", "dist", "local_rank", "DDP", "DistributedSampler")
+
+
+def unbound_setup_name_problems(tree: ast.AST) -> Problems:
+    """`local_rank = int(os.environ...)` above `try: import os` (a NameError at start-up).
+
+    Module-level code only, in source order through if/try/with/for blocks; function bodies run
+    later and are skipped (their names are bound by then, or the script was broken before)."""
+    problems: List[str] = []
+    bound: set = set()
+
+    def expressions(node: ast.stmt) -> List[ast.AST]:
+        # The parts of a compound statement that run before its blocks.
+        if isinstance(node, (ast.If, ast.While)):
+            return [node.test]
+        if isinstance(node, (ast.For, ast.AsyncFor)):
+            return [node.iter]
+        if isinstance(node, (ast.With, ast.AsyncWith)):
+            return [item.context_expr for item in node.items]
+        return []
+
+    def visit(statements: Sequence[ast.stmt]) -> None:
+        for stmt in statements:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(stmt.name)
+                continue
+            blocks = [getattr(stmt, field, None) for field in ("body", "orelse", "finalbody")]
+            blocks += [handler.body for handler in getattr(stmt, "handlers", [])]
+            heads = expressions(stmt) if any(blocks) else [stmt]
+            for head in heads:
+                used = {n.id for n in ast.walk(head) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+                problems.extend(f"line {stmt.lineno}: `{name}` used before it is imported or assigned"
+                                for name in SETUP_NAMES if name in used and name not in bound)
+            if not any(blocks):
+                for node in ast.walk(stmt):
+                    if isinstance(node, (ast.Import, ast.ImportFrom)):
+                        bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+                    elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                        bound.add(node.id)
+            else:
+                for target in ast.walk(stmt) if isinstance(stmt, (ast.For, ast.With)) else ():
+                    if isinstance(target, ast.Name) and isinstance(target.ctx, ast.Store):
+                        bound.add(target.id)
+                for block in blocks:
+                    visit(block or [])
+
+    visit(getattr(tree, "body", []))
+    return problems
+
+
+WRONG_CHECKS: Tuple[Callable[[ast.AST], Problems], ...] = (
+    double_wrap_problems, move_after_wrap_problems, unbound_setup_name_problems,
+)
 
 
 # ---------------------------------------------------------------- property checks

@@ -110,6 +110,13 @@ def test_double_wrap_fails(source):
     assert problems(checks.double_wrap_problems, source)
 
 
+def test_unbound_setup_name():
+    good = "import os\nimport torch.distributed as dist\nlocal_rank = int(os.environ.get('LOCAL_RANK', 0))\n"
+    assert problems(checks.unbound_setup_name_problems, good) == []
+    bad = "local_rank = int(os.environ.get('LOCAL_RANK', 0))\ntry:\n    import os\nexcept ImportError:\n    raise\n"
+    assert problems(checks.unbound_setup_name_problems, bad) == ["line 1: `os` used before it is imported or assigned"]
+
+
 def test_move_after_wrap():
     assert problems(checks.move_after_wrap_problems, "model = model.to(dev)\nmodel = DDP(model)\n") == []
     assert problems(checks.move_after_wrap_problems, "model = DDP(model)\nmodel = model.to(dev)\n")
@@ -355,6 +362,7 @@ def test_classify_crash(monkeypatch):
 MIGRATED_WITHOUT_SAMPLER = '''\
 import os
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 local_rank = int(os.environ["LOCAL_RANK"])
 dist.init_process_group("gloo")
 model = DDP(model)

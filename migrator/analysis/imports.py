@@ -11,7 +11,7 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.analysis.facts import ImportNames
-from migrator.analysis.helpers import _is_local_rank_argument, _raw_text
+from migrator.analysis.helpers import _is_local_rank_argument, _raw_text, code_of
 
 _OPTIONAL_NARGS = re.compile(r"""^['"][?*]['"]$""")  # nargs="?" / "*": the positional may be left out
 
@@ -33,10 +33,25 @@ def import_names(self) -> ImportNames:
         dist_import_needed=dist is None and "dist" not in taken,
         ddp=ddp or ("DDP" if "DDP" not in taken else "DistributedDataParallel"),
         ddp_import_needed=ddp is None,
-        os_import_needed="os" not in bound,
+        # `import os` far down the file (awd-lstm imports it at line 100) comes after a module-level
+        # setup: one more at the top is harmless, a NameError at start-up is not.
+        os_import_needed="os" not in bound or not _imported_up_front(self.module, "os"),
         sampler=sampler or "DistributedSampler",
         sampler_import_needed=sampler is None,
     )
+
+def _imported_up_front(module: cst.Module, name: str) -> bool:
+    """Is `import name` among the module's opening statements (docstring, imports, constants)?"""
+    for statement in module.body:
+        if isinstance(statement, cst.SimpleStatementLine) and any(
+            isinstance(small, cst.Import) and any(alias.asname is None and code_of(alias.name) == name for alias in small.names)
+            for small in statement.body
+        ):
+            return True
+        if not N.is_preamble(statement, module_level=True):
+            return False
+    return False
+
 
 def required_arguments(self) -> Tuple[str, ...]:
     """`DATA` for a positional, `--config CONFIG` for a required option, in declaration order."""
