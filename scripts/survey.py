@@ -210,9 +210,20 @@ def training_here(source: str, diagnostics: Sequence) -> bool:
 # ---------------------------------------------------------------- the corpus
 
 
+class ManifestError(Exception):
+    """A corpus folder this survey cannot read (said in one line, not a traceback)."""
+
+
 def read_manifest(corpus: Path) -> List[Dict[str, str]]:
-    with open(corpus / "manifest.tsv", encoding="utf-8", newline="") as handle:
-        return list(csv.DictReader(handle, delimiter="\t"))
+    try:
+        with open(corpus / "manifest.tsv", encoding="utf-8", newline="") as handle:
+            rows = list(csv.DictReader(handle, delimiter="\t"))
+    except OSError as err:
+        raise ManifestError(f"{corpus}: cannot read manifest.tsv ({err.strerror})") from err
+    if rows and "category" not in rows[0]:
+        # launch/manifest.tsv has a `kind` column: launcher files are issue 13's part of the survey.
+        raise ManifestError(f"{corpus}/manifest.tsv has no `category` column: only Python corpora (like realworld/py) are surveyed")
+    return rows
 
 
 def read_source(path: Path) -> str:
@@ -300,7 +311,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--json", action="store_true", help="one JSON list of rows instead of the table")
     parser.add_argument("--strict", action="store_true", help="exit 1 on CRASH/WRONG/SILENT/GAP (training), CHANGED/NOISE (spawn, negative)")
     args = parser.parse_args(argv)
-    rows = survey(args.corpus, args.category)
+    try:
+        rows = survey(args.corpus, args.category)
+    except ManifestError as err:
+        print(f"survey: {err}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps([dataclasses.asdict(row) for row in rows], indent=1))
     else:

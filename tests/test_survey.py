@@ -413,3 +413,10 @@ def test_real_world_corpus_has_no_failures():
     rows = survey.survey(CORPUS)
     failures = [(r.outcome, r.category, r.file, r.detail) for r in survey.strict_failures(rows)]
     assert failures == []
+
+
+def test_unreadable_corpus_is_one_line(tmp_path, capsys):
+    (tmp_path / "manifest.tsv").write_text("local_file\tkind\nshell/x.sh\tshell\n", encoding="utf-8")
+    assert survey.main([str(tmp_path)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert survey.main([str(tmp_path / "missing")]) == 2

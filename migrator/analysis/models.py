@@ -155,14 +155,10 @@ def evaluates_after_training(self, site: DataParallelSite, models) -> bool:
     if site.target in {m_.expr for m_ in models}:
         return False
     fn = self.enclosing_function(site.call)
-    local = {f.name.value for f in self.c.functions}
-    for loop in self.c.loops:
-        if self.enclosing_function(loop) is not fn or not self.comes_after(site.statement, loop):
-            continue
-        names = {call.func.value if isinstance(call.func, cst.Name) else attribute_name(call.func) for call in self.calls_inside.get(loop, ())}
-        if names & {"backward", "step"} or names & local:
-            return True
-    return False
+    return any(
+        self.enclosing_function(loop) is fn and self.comes_after(site.statement, loop) and self.loop_trains(loop)
+        for loop in self.c.loops
+    )
 
 def feeds_trained_model(self, site: DataParallelSite, models) -> bool:
     fn = self.enclosing_function(site.call)
@@ -625,15 +621,20 @@ def branch_holder(self, statement: Statement) -> Optional[Statement]:
 
 def holds_training(self, statement: Statement) -> bool:
     """Does `statement` contain a loop that trains (backward, a step, or a call of this file's functions)?"""
-    local = {fn.name.value for fn in self.c.functions}
     fn = self.enclosing_function(statement)
-    for loop in self.c.loops:
-        if not self.is_inside(loop, statement) or self.enclosing_function(loop) is not fn:
-            continue
-        for call in self.calls_inside.get(loop, ()):
-            name = call.func.value if isinstance(call.func, cst.Name) else attribute_name(call.func)
-            if name in ("backward", "step") or name in local:
-                return True
+    return any(
+        self.is_inside(loop, statement) and self.enclosing_function(loop) is fn and self.loop_trains(loop)
+        for loop in self.c.loops
+    )
+
+
+def loop_trains(self, loop: cst.CSTNode) -> bool:
+    """Does `loop` run a backward, an optimizer step, or one of this file's functions?"""
+    local = {fn.name.value for fn in self.c.functions}
+    for call in self.calls_inside.get(loop, ()):
+        name = call.func.value if isinstance(call.func, cst.Name) else attribute_name(call.func)
+        if name in ("backward", "step") or name in local:
+            return True
     return False
 
 def last_preparation(self, expr: str, definition: Statement, keyed_from: Optional[Statement] = None) -> Statement:

@@ -101,6 +101,7 @@ class _Analysis:
                 replace(m_, device_expr="device") if m_.device_expr is None and m_.scope is entry.scope else m_
                 for m_ in models
             )
+        blocking_dp, other_dp = self.split_dataparallel(dp_sites, models)
         facts = ScriptFacts(
             module=self.module,
             positions=self.positions,
@@ -115,10 +116,10 @@ class _Analysis:
             has_destroy_process_group=bool(self.calls(N.DESTROY_PROCESS_GROUP)),
             models=models,
             dataparallel_sites=dp_sites,
-            blocking_dataparallel=self.split_dataparallel(dp_sites, models)[0],
-            other_dataparallel=self.split_dataparallel(dp_sites, models)[1],
+            blocking_dataparallel=blocking_dp,
+            other_dataparallel=other_dp,
             evaluation_dataparallel=tuple(
-                site for site in self.split_dataparallel(dp_sites, models)[1]
+                site for site in other_dp
                 if self.feeds_trained_model(site, models) and self.evaluates_after_training(site, models)
             ),
             device_literals=tuple(filter(None, (self.device_literal(s) for s in self.c.device_strings))),
@@ -337,6 +338,7 @@ class _Analysis:
     branch_anchor = _models.branch_anchor
     branch_holder = _models.branch_holder
     holds_training = _models.holds_training
+    loop_trains = _models.loop_trains
     starts_training = _models.starts_training
     calls_training_function = _models.calls_training_function
     prepares = _models.prepares

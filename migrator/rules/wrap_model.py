@@ -250,7 +250,7 @@ def _drop_emptied_else(facts: ScriptFacts, plan: Plan, statement) -> None:
     branch = facts.parents.get(block) if block is not None else None
     owner = facts.parents.get(branch) if branch is not None else None
     if isinstance(branch, cst.Else) and isinstance(owner, cst.If) and len(block.body) == 1:  # type: ignore[union-attr]
-        plan.replace(owner, lambda node: node.with_changes(orelse=None) if _only_pass(node.orelse) else node)
+        plan.replace(owner, lambda node: node.with_changes(orelse=None) if isinstance(node.orelse, cst.Else) and _only_pass(node.orelse.body) else node)
     elif isinstance(branch, cst.If) and branch.orelse is None and _plain_test(branch.test):
         # `if multi_gpus: net = DataParallel(net)`: nothing left to decide, the whole `if` goes.
         plan.replace(branch, _drop_if_emptied)
@@ -258,7 +258,7 @@ def _drop_emptied_else(facts: ScriptFacts, plan: Plan, statement) -> None:
 
 def _drop_if_emptied(node):
     # Registered once per DataParallel line in the branch: the first call may already have removed it.
-    if isinstance(node, cst.If) and _only_pass(cst.Else(body=node.body)):
+    if isinstance(node, cst.If) and _only_pass(node.body):
         return cst.RemoveFromParent()
     return node
 
@@ -270,10 +270,11 @@ def _plain_test(test: cst.BaseExpression) -> bool:
     )
 
 
-def _only_pass(branch) -> bool:
-    if not isinstance(branch, cst.Else) or not isinstance(branch.body, cst.IndentedBlock):
+def _only_pass(block) -> bool:
+    """Is the block empty, or just `pass` (what is left once its statements were removed)?"""
+    if not isinstance(block, cst.IndentedBlock):
         return False
-    body = branch.body.body
+    body = block.body
     return not body or (
         len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) and all(isinstance(s, cst.Pass) for s in body[0].body)
     )
