@@ -6,32 +6,36 @@ applies them -> imports added/removed once -> the output is parsed again before 
 from __future__ import annotations
 
 import ast
+import functools
 from typing import List, Optional, Tuple
 
 import libcst as cst
 
 from migrator import edits, suppress
 from migrator.analysis import analyze
+from migrator.context import FileContext
 from migrator.errors import IntroducedSyntaxError, SourceParseError
 from migrator.legacy_syntax import RULE as ASYNC_KEYWORD, rename_async_keywords
 from migrator.options import Options
 from migrator.relevance import python_may_need_migration
-from migrator.rules import FIXERS, REPORTERS
+from migrator.rules import FIXERS, REPORTERS, rules_in_scope
 from migrator.types import Change, Result
 
 
-def migrate(source: str, options: Optional[Options] = None) -> Result:
+def migrate(source: str, options: Optional[Options] = None, context: Optional[FileContext] = None) -> Result:
     """Return the DDP version of `source` (unchanged when there is nothing to do).
 
     Raises SourceParseError when `source` is not valid Python 3, IntroducedSyntaxError
     if the engine would produce code that does not parse (a bug; nothing is written).
     A `# ddp-migrate: ignore[CODE]` comment suppresses what is reported on its line (see
     migrator.suppress: a suppressed fix turns its rule off for the file).
+    `context` says where the source comes from (its path, the project's modules); see
+    migrator.context. Without it the file is judged by its text alone.
     """
-    return _suppressed(source, options or Options(), _migrate)
+    return _suppressed(source, options or Options(), functools.partial(_migrate, context=context))
 
 
-def check(source: str, options: Optional[Options] = None) -> Result:
+def check(source: str, options: Optional[Options] = None, context: Optional[FileContext] = None) -> Result:
     """What migrate() would change and report, without producing the new code.
 
     The same changes and diagnostics as migrate(); `code` is `source` itself and `pending`
@@ -40,30 +44,28 @@ def check(source: str, options: Optional[Options] = None) -> Result:
     on a training script, plus the 0.2 s import of libcst.codemod (scripts/bench.py).
     tests/test_fixtures.py holds it to migrate()'s verdict on every fixture, input and expected.
     """
-    return _suppressed(source, options or Options(), _check)
+    return _suppressed(source, options or Options(), functools.partial(_migrate, rewrite=False, context=context))
 
 
 def _suppressed(source: str, options: Options, engine: suppress.Rerun) -> Result:
     return suppress.apply(engine(source, options), source, options, engine, suppress.python_suppressions(source))
 
 
-def _check(source: str, options: Options) -> Result:
-    return _migrate(source, options, rewrite=False)
-
-
-def _migrate(source: str, options: Options, rewrite: bool = True) -> Result:
+def _migrate(source: str, options: Options, rewrite: bool = True, context: Optional[FileContext] = None) -> Result:
     if not python_may_need_migration(source):
         return Result(code=source, original=source)
     module, parsed, renamed = _parse_renaming_async(source, options)
-    facts = analyze(module)
+    facts = analyze(module, context)
+    scope = rules_in_scope(facts, context)
     plan = edits.Plan()
     for rule, planner in FIXERS:
-        if options.enabled(rule.code, rule.name):
+        if options.enabled(rule.code, rule.name) and (scope is None or rule.code in scope):
             planner(facts, plan)
     for _, reporter in REPORTERS:
         reporter(facts, plan)  # what it reports is filtered by code below, like every diagnostic
-    diagnostics = tuple(d for d in plan.diagnostics if options.enabled(d.code))
-    launch_args = facts.required_arguments if facts.trains or facts.has_init_process_group else None
+    diagnostics = tuple(d for d in plan.diagnostics if options.enabled(d.code) and (scope is None or d.code in scope))
+    trains = (facts.trains or facts.already_distributed) and not (context is not None and context.is_test_module)
+    launch_args = facts.required_arguments if trains else None
     plan.changes += [Change(ASYNC_KEYWORD.code, line, col + 1, "async= renamed non_blocking= (PyTorch 0.4)") for line, col in renamed]
     if plan.empty and not renamed:
         return Result(code=source, diagnostics=diagnostics, original=source, launch_args=launch_args)

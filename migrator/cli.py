@@ -22,6 +22,7 @@ from typing import IO, TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Seque
 import click
 
 from migrator import __version__, files, render
+from migrator.context import FileContext
 from migrator.config import Config, RuleSelection, SelectorError, discover_config, resolve_rules, split_selectors
 from migrator.errors import ConfigError, IntroducedSyntaxError, MigrateError, SourceParseError
 from migrator.options import Options
@@ -59,18 +60,18 @@ class UsageError(click.ClickException):
 # --------------------------------------------------------------------------- the engines, loaded on use
 
 
-def migrate(source: str, options: Optional[Options] = None) -> "Result":
+def migrate(source: str, options: Optional[Options] = None, context: Optional[FileContext] = None) -> "Result":
     """api.migrate, imported on first use."""
     from migrator.api import migrate as engine
 
-    return engine(source, options)
+    return engine(source, options, context)
 
 
-def check(source: str, options: Optional[Options] = None) -> "Result":
+def check(source: str, options: Optional[Options] = None, context: Optional[FileContext] = None) -> "Result":
     """api.check (migrate()'s verdict without the new code), imported on first use."""
     from migrator.api import check as engine
 
-    return engine(source, options)
+    return engine(source, options, context)
 
 
 def migrate_launcher(text: str, kind: str, options: Optional[Options] = None) -> "Result":
@@ -427,7 +428,7 @@ def _migrate(job: _Job, options: Options, mode: WriteBack) -> Migrated:
         if job.kind == files.PYTHON:
             # Plain --check shows no code: the engine stops once it knows what it would change.
             engine = migrate if mode.needs_code else check
-            result = engine(job.source.text, options)
+            result = engine(job.source.text, options, _context(job))
         else:
             result = migrate_launcher(job.source.text, job.kind, options)
         job.source.encode(result.code)  # fails here, in every mode, if the new code has no bytes
@@ -437,6 +438,15 @@ def _migrate(job: _Job, options: Options, mode: WriteBack) -> Migrated:
     launch = tuple(result.torchrun_commands(job.name)) if changed and job.kind == files.PYTHON else ()
     outcome = FileOutcome(job.name, changed, tuple(result.changes), tuple(result.diagnostics), launch=launch)
     return Migrated(outcome, job.source, result.code)
+
+
+def _context(job: _Job) -> Optional[FileContext]:
+    """Where the file is: its path (a test module?) and the project's modules beside it."""
+    if str(job.path) == "-":
+        return None
+    if not job.path.exists():  # stdin given a --stdin-filename: the name is all there is
+        return FileContext(path=job.name)
+    return FileContext.for_file(job.path, job.name)
 
 
 def _failure(exc: BaseException, name: str) -> Failure:

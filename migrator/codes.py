@@ -45,6 +45,8 @@ CODES: Tuple[Tuple[str, str], ...] = (
     ("DDP122", "gradient-accumulation-no-sync"),
     ("DDP123", "sync-batchnorm"),
     ("DDP124", "rank-divergent-code"),
+    ("DDP130", "distributed-sampler-without-set-epoch"),
+    ("DDP131", "every-rank-writes-checkpoint"),
     ("DDP201", "launch-to-torchrun"),
     ("DDP202", "drop-use-env"),
     ("DDP203", "drop-local-rank-arg"),

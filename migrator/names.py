@@ -6,6 +6,7 @@ every import spelling of a name resolves to one of these strings. The tool never
 from __future__ import annotations
 
 import re
+import sys
 from typing import Optional
 
 import libcst as cst
@@ -338,3 +339,13 @@ def declares_distributed_option(call: cst.Call) -> bool:
         for arg in call.args
         if arg.keyword is None
     )
+
+
+# Top-level packages that never hold the user's training code.
+NOT_PROJECT_PACKAGES = frozenset(getattr(sys, "stdlib_module_names", ())) | frozenset(
+    {
+        "torch", "torchvision", "torchaudio", "torchtext", "numpy", "scipy", "pandas", "sklearn", "tqdm", "hydra",
+        "omegaconf", "wandb", "tensorboardX", "mlflow", "gym", "gymnasium", "PIL", "cv2", "yaml", "timm",
+        "transformers", "datasets", "apex", "matplotlib", "collections", "logging", "time", "os", "sys", "math",
+    }
+)

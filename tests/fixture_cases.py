@@ -7,10 +7,11 @@ A scenario folder holds:
                  legacy_syntax (bool: input.py is not Python 3 until the tool repairs it, e.g. `async=`),
                  original_runs_on_cpu (bool, default true: input.py runs as one plain CPU process,
                  so the runtime test compares the keys it saves with the migrated script's),
-                 runtime_skip (table: runtime check name -> why it cannot hold for this scenario)
+                 runtime_skip (table: runtime check name -> why it cannot hold for this scenario),
+                 path (the name the file is checked under, e.g. "tests/test_training.py"; default train.py)
   support/       optional: modules the script imports (`from function import train`); the runtime
                  tests copy every file under it next to the script, for the migrated run and for the
-                 original's. They are run as they are: ddp-migrate does not migrate them (only
+                 original's, and the golden tests let the engine read them as the project's modules. They are run as they are: ddp-migrate does not migrate them (only
                  input.py is under test), so they must hold nothing that needs a DDP change.
 Adding a folder adds tests; nothing here lists scenarios by name.
 """
@@ -20,6 +21,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
+
+from migrator.context import FileContext, ProjectModules
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -53,6 +56,13 @@ class FixtureCase:
         """support/: files copied next to the script for the runtime runs (None: the folder has none)."""
         folder = self.folder / "support"
         return folder if folder.is_dir() else None
+
+    @property
+    def context(self) -> FileContext:
+        """What the engine is told about the file: its path, and support/ as the project's modules."""
+        support = self.support_dir
+        modules = ProjectModules((str(support),)) if support is not None else None
+        return FileContext(path=str(self.config.get("path", "train.py")), modules=modules)
 
     @property
     def expects_parse_error(self) -> bool:

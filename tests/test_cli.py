@@ -44,7 +44,7 @@ PY2_TRAINING = 'import torch\nimport torch.optim as optim\n\nprint "hello"\n'
 # --------------------------------------------------------------------------- harness
 
 
-def fake_migrate(source: str, options: Optional[Options] = None) -> Result:
+def fake_migrate(source: str, options: Optional[Options] = None, context=None) -> Result:
     """Parses like the engine (raising SourceParseError), replaces MARKER, reports each replacement.
 
     `ADVISE` anywhere adds a fixable diagnostic; `NOTE` a non-fixable one.
@@ -66,7 +66,7 @@ def fake_migrate(source: str, options: Optional[Options] = None) -> Result:
     return Result(source.replace(MARKER, MIGRATED), tuple(changes), tuple(diagnostics), original=source)
 
 
-def fake_check(source: str, options: Optional[Options] = None) -> Result:
+def fake_check(source: str, options: Optional[Options] = None, context=None) -> Result:
     """The fake's api.check(): its verdict without the new code."""
     result = fake_migrate(source, options)
     return dataclasses.replace(result, code=source, pending=result.changed)
@@ -317,7 +317,7 @@ def test_in_place_refuses_a_file_edited_during_the_run(project, monkeypatch):
     path = write(project / "a.py", SCRIPT)
     write(project / "b.py", SCRIPT)
 
-    def racing_engine(source, options=None):
+    def racing_engine(source, options=None, context=None):
         path.write_text(SCRIPT + "# edited by someone else\n")
         return fake_migrate(source, options)
 
@@ -441,12 +441,12 @@ def test_undecodable_file_is_a_parse_error_with_position(project, fake_engine):
 
 
 def test_internal_error_is_one_line_and_the_run_continues(project, monkeypatch):
-    def flaky(source, options=None):
+    def flaky(source, options=None, context=None):
         if "boom" in source:
             raise RuntimeError("boom\nsecond line")
         return fake_migrate(source, options)
 
-    def flaky_check(source, options=None):
+    def flaky_check(source, options=None, context=None):
         flaky(source, options)
         return fake_check(source, options)
 
@@ -465,7 +465,7 @@ def test_internal_error_is_one_line_and_the_run_continues(project, monkeypatch):
 
 
 def test_introduced_syntax_error_writes_nothing(project, monkeypatch):
-    def broken(source, options=None):
+    def broken(source, options=None, context=None):
         raise IntroducedSyntaxError("line 3: unexpected indent")
 
     monkeypatch.setattr(cli_module, "migrate", broken)

@@ -25,10 +25,10 @@ def test_fixture(case, update_fixtures):
     source = _read(case.input_path)
     if case.expects_parse_error:
         with pytest.raises(SourceParseError) as info:
-            migrate(source)
+            migrate(source, context=case.context)
         assert info.value.line > 0
         return
-    result = migrate(source)
+    result = migrate(source, context=case.context)
     if update_fixtures:
         if result.changed:
             case.expected_path.write_text(result.code, encoding="utf-8", newline="")
@@ -37,7 +37,7 @@ def test_fixture(case, update_fixtures):
     expected = _read(case.expected_path) if case.expected_path.exists() else source
     assert result.code == expected
     ast.parse(result.code)
-    assert migrate(result.code).code == result.code, "second run must be a no-op"
+    assert migrate(result.code, context=case.context).code == result.code, "second run must be a no-op"
     reported = sorted({d.code for d in result.diagnostics})
     assert reported == sorted(set(case.diagnostics)), "diagnostics differ from fixture.toml"
 
@@ -51,14 +51,14 @@ def test_check_agrees_with_migrate(case):
     """`--check` runs api.check() (no code generated): same verdict as migrate() on input and expected."""
     if case.expects_parse_error:
         with pytest.raises(SourceParseError):
-            check(_read(case.input_path))
+            check(_read(case.input_path), context=case.context)
         return
     paths = [case.input_path] + ([case.expected_path] if case.expected_path.exists() else [])
     for path in paths:
         source = _read(path)
-        checked = check(source)
+        checked = check(source, context=case.context)
         assert checked.code == source
-        assert _verdict(checked) == _verdict(migrate(source)), path
+        assert _verdict(checked) == _verdict(migrate(source, context=case.context)), path
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -1,13 +1,14 @@
 """The single traversal that collects raw sites, and `analyze()`, the entry to the analysis."""
 from __future__ import annotations
 
-from typing import Dict, List, Set, Tuple, Union
+from typing import Dict, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
 from migrator import names as N
 from migrator.bindings import NameIndex
 from migrator.analysis.facts import ScriptFacts
+from migrator.context import FileContext
 from migrator.analysis.helpers import code_of
 from migrator.tree import descendants
 from migrator.analysis.passes import _Analysis
@@ -163,8 +164,8 @@ def _unpacked(target: cst.CSTNode) -> List[cst.BaseExpression]:
     return found
 
 
-def analyze(module: cst.Module) -> ScriptFacts:
+def analyze(module: cst.Module, context: Optional[FileContext] = None) -> ScriptFacts:
     collector = _Collector(module)
     collector.run(module)
     collector.resolve_calls()
-    return _Analysis(module, collector).facts()
+    return _Analysis(module, collector, context).facts()

@@ -42,6 +42,10 @@ def entry_point(self, guard: Optional[cst.If], models: Tuple[ModelFact, ...]) ->
                     kind = "guard" if guard is not None else "module"
                     return self.entry_in_block(kind, launch_block, None)
                 return self.entry_in_block("function", target.body, statement)  # type: ignore[arg-type]
+            if isinstance(target, cst.ClassDef) and self.reaches(target, sites, functions, set()):
+                # `Trainer(cfg).run()` in the guard: the class builds the model in a method, so
+                # the process group is set up in the guard, before the object exists.
+                return self.entry_in_block("guard" if guard is not None else "module", launch_block, None)
     return None
 
 def builds_loaders(self, statements, loaders, functions) -> bool:

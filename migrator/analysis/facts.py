@@ -12,6 +12,7 @@ from libcst._nodes.internal import CodegenState
 
 from migrator.bindings import ScopeOwner
 from migrator.dataflow import LoaderFact, ModelUse, SaveSite
+from migrator.analysis.distributed import Distributed
 from migrator.analysis.helpers import Block, Statement
 
 
@@ -182,7 +183,7 @@ class ScriptFacts:
     before_setup: FrozenSet[cst.CSTNode]  # functions called before the process group exists
     entry: Optional[EntryPoint]
     has_main_guard: bool
-    has_init_process_group: bool
+    distributed: Optional[Distributed]  # why the file is already distributed (None: it is not)
     has_destroy_process_group: bool
     models: Tuple[ModelFact, ...]
     dataparallel_sites: Tuple[DataParallelSite, ...]
@@ -251,6 +252,12 @@ class ScriptFacts:
         while owner is not self.module and owner is not None:
             yield owner
             owner = self.owner_of(owner)
+
+    @property
+    def already_distributed(self) -> bool:
+        """Set up for several processes already (its own process group, DDP, mp.spawn, a framework):
+        only what torchrun needs changes, and only genuine bugs are reported."""
+        return self.distributed is not None
 
     @property
     def trains(self) -> bool:

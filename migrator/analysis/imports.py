@@ -11,6 +11,7 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.analysis.facts import ImportNames
+from migrator.tree import descendants
 from migrator.analysis.helpers import _is_local_rank_argument, _raw_text, code_of
 
 _OPTIONAL_NARGS = re.compile(r"""^['"][?*]['"]$""")  # nargs="?" / "*": the positional may be left out
@@ -72,6 +73,56 @@ def required_arguments(self) -> Tuple[str, ...]:
             longest = max((str(a.value.evaluated_value) for a in call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)), key=len)
             found.append(f"{longest} {longest.lstrip('-').replace('-', '_').upper()}")
     return tuple(found)
+
+def local_rank_arguments(self) -> Tuple[cst.Call, ...]:
+    """`parser.add_argument("--local_rank", ...)` calls whose value matters under torchrun (DDP020).
+
+    torchrun passes no --local_rank, so an optional one with a default is harmless unless the
+    script reads it (to pick its GPU or rank) and nothing in the file reads LOCAL_RANK from the
+    environment instead (timm, DINO and DeiT declare it and never read it; their setup reads the
+    environment). A required one always matters: argparse stops the script before it starts.
+    """
+    declared = [call for call in self.c.calls if _is_local_rank_argument(call)]
+    if not declared:
+        return ()
+    required = [call for call in declared if any(a.keyword is not None and a.keyword.value == "required" for a in call.args)]
+    strings = [node for node in descendants(self.module, cst.SimpleString) if not any(self.is_inside(node, call) for call in declared)]
+    if any("LOCAL_RANK" == _evaluated(node) for node in strings):
+        return tuple(required)
+    dests = {_dest(call) for call in declared}
+    reads = any(
+        attr.attr.value in dests and not _is_assignment_target(self, attr)
+        for attr in descendants(self.module, cst.Attribute)
+    )
+    return tuple(declared) if reads else tuple(required)
+
+
+def _evaluated(node: cst.SimpleString) -> str:
+    try:
+        value = node.evaluated_value
+    except Exception:  # noqa: BLE001 - an odd literal is simply not LOCAL_RANK
+        return ""
+    return value if isinstance(value, str) else ""
+
+
+def _dest(call: cst.Call) -> str:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "dest" and isinstance(arg.value, cst.SimpleString):
+            return _evaluated(arg.value)
+    return "local_rank"
+
+
+def _is_assignment_target(self, attr: cst.Attribute) -> bool:
+    """`args.local_rank = ...` writes the value; it is not a read."""
+    statement = self.statement_of(attr)
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    for small in statement.body:
+        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target] if isinstance(small, (cst.AnnAssign, cst.AugAssign)) else []
+        if any(t is attr for t in targets):
+            return True
+    return False
+
 
 def launch_literals(self) -> Tuple[cst.BaseExpression, ...]:
     """Argv lists holding the launcher module, and strings (not inside such lists) holding a launch."""

@@ -15,7 +15,9 @@ from migrator.bindings import ScopeOwner
 from migrator.tree import descendants
 from migrator.dataflow import Flow
 from migrator.analysis.facts import EntryPoint, LazyPositions, ModelFact, ScriptFacts
-from migrator.analysis.helpers import Block, Statement, _has_map_location, _is_local_rank_argument, code_of
+from migrator.analysis.helpers import Block, Statement, _has_map_location, code_of
+from migrator.analysis import distributed
+from migrator.context import FileContext
 from migrator.analysis import devices as _devices, entry as _entry, imports as _imports, models as _models
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,9 +27,10 @@ if TYPE_CHECKING:  # pragma: no cover
 class _Analysis:
     """Turns the collected sites into facts. Read-only; small named steps."""
 
-    def __init__(self, module: cst.Module, c: _Collector) -> None:
+    def __init__(self, module: cst.Module, c: _Collector, context: Optional[FileContext] = None) -> None:
         self.module = module
         self.c = c
+        self.context = context
         self.parents = c.parents
         self.positions = LazyPositions(module)
         self.calls_inside = self._index_calls()
@@ -112,7 +115,7 @@ class _Analysis:
             before_setup=frozenset(),
             entry=entry,
             has_main_guard=guard is not None,
-            has_init_process_group=bool(self.calls(N.INIT_PROCESS_GROUP)) or self.sets_up_distributed_elsewhere(),
+            distributed=distributed.evidence(self, self.context),
             has_destroy_process_group=bool(self.calls(N.DESTROY_PROCESS_GROUP)),
             models=models,
             dataparallel_sites=dp_sites,
@@ -139,24 +142,6 @@ class _Analysis:
         )
         facts = replace(facts, models=tuple(replace(m_, rebound=self.rebound.get(m_.expr, ())) for m_ in facts.models))
         return replace(facts, before_setup=self.functions_before_setup(facts))
-
-    def sets_up_distributed_elsewhere(self) -> bool:
-        """Is the process group set up by a helper (`utils.init_distributed_mode(args)`, mmcv's
-        `init_dist`, `getattr(common_utils, 'init_dist_%s' % launcher)`) or an option the script
-        declares for it (`--dist_url`, `--world_size`, `--launcher`)? Such a script is already
-        distributed: a second `init_process_group` would kill every rank."""
-        for call in self.c.calls:
-            name = call.func.value if isinstance(call.func, cst.Name) else N.attribute_name(call.func)
-            if name and N.is_distributed_setup_name(name):
-                return True
-            if N.declares_distributed_option(call):
-                return True
-            if N.is_name(call.func, "getattr") and any(
-                isinstance(s, cst.SimpleString) and N.is_distributed_setup_name(s.raw_value)
-                for arg in call.args for s in descendants(arg.value, cst.SimpleString)
-            ):
-                return True
-        return False
 
     def functions_before_setup(self, facts: ScriptFacts) -> FrozenSet[cst.CSTNode]:
         """Module-level functions called before the setup (`_init_(cfg)` in the guard, before main())."""
@@ -190,7 +175,7 @@ class _Analysis:
             accumulation_steps=tuple(flow.accumulation_steps()),
             batchnorm_layers=tuple(self.calls(N.BATCHNORM)),
             rank_divergent=tuple(flow.rank_divergent()),
-            local_rank_arguments=tuple(call for call in self.c.calls if _is_local_rank_argument(call)),
+            local_rank_arguments=self.local_rank_arguments(),
             launch_literals=self.launch_literals(),
             required_arguments=self.required_arguments(),
             legacy_launch_imports=tuple(self.c.legacy_launch_imports),
@@ -362,5 +347,6 @@ class _Analysis:
     # (functions in migrator/analysis/imports.py)
     import_names = _imports.import_names
     required_arguments = _imports.required_arguments
+    local_rank_arguments = _imports.local_rank_arguments
     launch_literals = _imports.launch_literals
     dataparallel_imports = _imports.dataparallel_imports

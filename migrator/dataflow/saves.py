@@ -218,6 +218,7 @@ class SaveFlow(FlowBase):
             node for node in self.c.rank_checks
             if node not in paired
             and N.mentions_rank(node.test)
+            and not _holds_on_every_rank(node.test)
             and self.runs_shared_code(node.body)
             and not self.every_branch_runs_it(node)
         ]
@@ -238,6 +239,17 @@ class SaveFlow(FlowBase):
             if calls and all(self.c.resolve(call.func) == "torch.distributed.barrier" for call in calls):
                 by_function.setdefault(self.a.enclosing_function(node), []).append(node)
         return {node for nodes in by_function.values() if len(nodes) >= 2 for node in nodes}
+
+
+def _holds_on_every_rank(test: cst.BaseExpression) -> bool:
+    """`rank != -1`, `args.local_rank >= 0`: "is this run distributed?", true on every rank of one."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    target = test.comparisons[0]
+    value = code_of(target.comparator).replace(" ", "")
+    if isinstance(target.operator, (cst.NotEqual, cst.GreaterThan)) and value == "-1":
+        return True
+    return isinstance(target.operator, cst.GreaterThanEqual) and value == "0"
 
 
 # Names projects give their checkpoint writers (save_checkpoint, save_model, save_network, save_ckpt).

@@ -5,9 +5,10 @@ reported by the rules that decline, and documented in `advisories`.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, FrozenSet, Optional, Tuple
 
 from migrator.analysis import ScriptFacts
+from migrator.context import FileContext
 from migrator.edits import Plan
 from migrator.launcher import LAUNCHER_RULES
 from migrator.legacy_syntax import RULE as ASYNC_KEYWORD
@@ -17,6 +18,7 @@ from migrator.rules import (
     caveats,
     device,
     directories,
+    distributed_bugs,
     downloads,
     launch_calls,
     local_rank,
@@ -55,12 +57,32 @@ FIXERS: Tuple[Tuple[Rule, Planner], ...] = (
 REPORTERS: Tuple[Tuple[Tuple[Rule, ...], Planner], ...] = (
     (caveats.RULES, caveats.plan),
     ((moved_after_wrap.RULE,), moved_after_wrap.plan),
+    (distributed_bugs.RULES, distributed_bugs.plan),
     # Last: it reports a training file that everything above left unchanged and unreported.
     ((unmigrated.RULE,), unmigrated.plan),
 )
 
 # Launcher files (shell, Make, YAML, Dockerfile, Markdown) share the codes and the registry.
 RULES: Tuple[Rule, ...] = (
-    tuple(rule for rule, _ in FIXERS) + (ASYNC_KEYWORD,) + advisories.RULES + (unmigrated.RULE, moved_after_wrap.RULE) + caveats.RULES + LAUNCHER_RULES
+    tuple(rule for rule, _ in FIXERS) + (ASYNC_KEYWORD,) + advisories.RULES + (unmigrated.RULE, moved_after_wrap.RULE) + caveats.RULES + distributed_bugs.RULES + LAUNCHER_RULES
 )
 RULES_BY_CODE: Dict[str, Rule] = {rule.code: rule for rule in RULES}
+
+# What may change or be reported in a Python file that is not a single-process training script.
+# Launch commands and syntax PyTorch no longer parses are fixed everywhere.
+_LAUNCH_USAGE = frozenset({launch_calls.RULE.code, ASYNC_KEYWORD.code, advisories.LEGACY_LAUNCH_IMPORT.code, advisories.PYTHON_LAUNCH_UNSAFE.code})
+# Already distributed: what torchrun needs (the --local_rank argument) and the genuine bugs.
+ALREADY_DISTRIBUTED_SCOPE = _LAUNCH_USAGE | frozenset(
+    {local_rank.RULE.code, caveats.RANK_DIVERGENCE.code, *(rule.code for rule in distributed_bugs.RULES)}
+)
+# Test modules (pytest/unittest files) build models and optimizers to test them: no training advisories.
+TEST_MODULE_SCOPE = _LAUNCH_USAGE
+
+
+def rules_in_scope(facts: ScriptFacts, context: Optional[FileContext]) -> Optional[FrozenSet[str]]:
+    """The codes that may fire on this file; None: all of them (a single-process training script)."""
+    if context is not None and context.is_test_module:
+        return TEST_MODULE_SCOPE
+    if facts.already_distributed:
+        return ALREADY_DISTRIBUTED_SCOPE
+    return None

@@ -184,7 +184,10 @@ def _plan_cuda_call(facts: ScriptFacts, plan: Plan, call: CudaCall) -> None:
     if call.device_expr is not None and (call.pinned or not call.guarded):
         plan.replace(call.call, lambda updated: to_device(updated, call.device_expr, call.pinned))
         plan.changes.append(Change(RULE.code, line, col, f".cuda() becomes .to({call.device_expr})"))
-    elif call.pinned or not call.guarded:
+    elif call.pinned or (not call.guarded and not facts.after_setup(call.call)):
+        # A bare `.cuda()` that runs after the setup lands on this process's GPU: the setup's
+        # set_device(local_rank) made it the current device. Only a pinned index, or a call
+        # before the setup, still picks the same GPU on every rank.
         plan.diagnostics.append(Diagnostic(CUDA_CALL_LEFT.code, line, col, CUDA_CALL_LEFT.summary))
 
 

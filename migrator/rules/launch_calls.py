@@ -81,7 +81,9 @@ def _plan_string(facts: ScriptFacts, plan: Plan, node: cst.BaseExpression) -> No
     new_text = rewrite_command_string(text)
     line, col = facts.line_col(node)
     if new_text is None:
-        if _LAUNCH_COMMAND.search(text):  # a command, not prose that names the module
+        # A docstring or a bare string statement only documents a command (`cmd: FORK_LAST3=1
+        # python -m torch.distributed.launch ...`): it runs nothing, so it is never unsafe.
+        if _LAUNCH_COMMAND.search(text) and not isinstance(facts.parents.get(node), cst.Expr):
             plan.diagnostics.append(Diagnostic(PYTHON_LAUNCH_UNSAFE.code, line, col, PYTHON_LAUNCH_UNSAFE.summary))
         return
     prefix, quote = _prefix_and_quote(node)

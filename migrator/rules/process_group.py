@@ -93,14 +93,14 @@ def needs_setup(facts: ScriptFacts) -> bool:
     return (
         facts.trains
         and facts.entry is not None
-        and not facts.has_init_process_group
+        and not facts.already_distributed
         and not facts.unrewritable_dataparallel
         and not facts.moved_after_wrap
     )
 
 
 def plan(facts: ScriptFacts, plan: Plan) -> None:
-    if facts.trains and facts.entry is None and not facts.has_init_process_group:
+    if facts.trains and facts.entry is None and not facts.already_distributed:
         _report_no_entry_point(facts, plan)
     if not needs_setup(facts):
         return

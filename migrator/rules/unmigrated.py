@@ -12,7 +12,6 @@ Library modules that only *build* an optimizer (`configure_optimizers`) are not 
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Dict, Optional
 
@@ -20,6 +19,7 @@ import libcst as cst
 
 from migrator.analysis import ScriptFacts, code_of
 from migrator.edits import Plan
+from migrator import names as N
 from migrator.names import attribute_name, declares_distributed_option, is_main_guard, is_training_function_name, manual_update_parameters
 from migrator.rule import Example, Rule
 from migrator.tree import descendants
@@ -104,19 +104,6 @@ TRAINING_METHODS = frozenset(
     {"train", "fit", "learn", "update", "train_epoch", "train_one_epoch", "training", "train_step", "optimize"}
 )
 # Imports of code that distributes training itself: such a file is already distributed.
-DISTRIBUTED_FRAMEWORKS = ("accelerate", "lightning", "pytorch_lightning", "deepspeed", "horovod", "fairscale")
-
-
-# Top-level packages that never hold the user's training code.
-_NOT_PROJECT = frozenset(getattr(sys, "stdlib_module_names", ())) | frozenset(
-    {
-        "torch", "torchvision", "torchaudio", "torchtext", "numpy", "scipy", "pandas", "sklearn", "tqdm", "hydra",
-        "omegaconf", "wandb", "tensorboardX", "mlflow", "gym", "gymnasium", "PIL", "cv2", "yaml", "timm",
-        "transformers", "datasets", "apex", "matplotlib", "collections", "logging", "time", "os", "sys", "math",
-    }
-)
-
-
 @dataclass(frozen=True)
 class Signal:
     """One sign of training: what it is, and where."""
@@ -126,11 +113,11 @@ class Signal:
 
 
 def plan(facts: ScriptFacts, plan: Plan) -> None:
-    if plan.changes or plan.diagnostics or facts.has_init_process_group:
+    if plan.changes or plan.diagnostics or facts.already_distributed:
         return
     module = facts.module
     imports = _imported_modules(module)
-    if _already_distributed(module, imports):
+    if _uses_torch_distributed(imports) or not (_is_script(module) or _sets_up_training(module, imports)):
         return
     signal = _first_training_signal(module)
     if signal is None:
@@ -191,16 +178,23 @@ def _is_script(module: cst.Module) -> bool:
 
 
 # -- already distributed -------------------------------------------------------------------
-def _already_distributed(module: cst.Module, imports: Dict[str, str]) -> bool:
-    if any(source.split(".")[0] in DISTRIBUTED_FRAMEWORKS for source in imports.values()):
-        return True
-    if any(source.startswith(("torch.distributed", "torch.nn.parallel.DistributedDataParallel")) for source in imports.values()):
-        return True
+def _uses_torch_distributed(imports: Dict[str, str]) -> bool:
+    """A module that talks to the process group (`import torch.distributed as dist`) is written
+    for several processes, even when the setup is elsewhere (facts.distributed covers the rest)."""
+    return any(source.startswith("torch.distributed") for source in imports.values())
+
+
+def _sets_up_training(module: cst.Module, imports: Dict[str, str]) -> bool:
+    """Does this module build what it trains with: a DataLoader, or an optimizer? A helper that is
+    handed a loss and an optimizer (`NativeScaler.__call__`, an optimizer wrapper's `step`, a
+    trainer class given its loader) has nothing to migrate: its caller does."""
     for call in descendants(module, cst.Call):
         name = attribute_name(call.func) or (call.func.value if isinstance(call.func, cst.Name) else "")
-        if name in ("spawn", "start_processes", "DistributedDataParallel", "init_process_group"):
+        head = code_of(call.func).split(".")[0]
+        if name in ("DataLoader", "DataParallel", "configure_optimizers") or imports.get(head, "").startswith("torch.optim"):
             return True
-        if declares_distributed_option(call):
+        # `torch.optim.SGD(...)`, `getattr(torch.optim, name)(...)`, `get_instance(torch.optim, ...)`
+        if any(code_of(part).startswith("torch.optim") for part in (call.func, *(arg.value for arg in call.args))):
             return True
     return False
 
@@ -265,7 +259,7 @@ def _origin(name: str, imports: Dict[str, str]) -> Optional[str]:
     """The module a local name was imported from: the project's own, not the standard library or a
     well-known package (a `tqdm` progress bar's `update()` trains nothing)."""
     source = imports.get(name)
-    if source is None or source.split(".")[0] in _NOT_PROJECT:
+    if source is None or source.split(".")[0] in N.NOT_PROJECT_PACKAGES:
         return None
     return source
 

@@ -86,18 +86,18 @@ WRAP = "{target} = {ddp}({target}, device_ids={device_ids})\n"
 
 def plan(facts: ScriptFacts, plan: Plan) -> None:
     for model in facts.models:
-        if model.definition is None and not model.already_ddp and not facts.has_init_process_group:
+        if model.definition is None and not model.already_ddp and not facts.already_distributed:
             line, col = facts.line_col(model.optimizer_call)
             plan.diagnostics.append(Diagnostic(MODEL_NOT_TRACED.code, line, col, f"{model.expr}: {MODEL_NOT_TRACED.summary}"))
     for model in facts.moved_after_wrap:
-        if not facts.has_init_process_group and model.held_by:
+        if not facts.already_distributed and model.held_by:
             line, col = facts.line_col(model.definition)
             plan.diagnostics.append(Diagnostic(MODEL_NOT_TRACED.code, line, col, (
                 f"{model.expr}: training runs through `{model.held_by}`, a module built from {model.expr} "
                 f"(before its wrap point, or moved afterwards), so a DDP around {model.expr} would not sync it; "
                 f"wrap `{model.held_by}` in DDP instead, by hand"
             )))
-        elif not facts.has_init_process_group:
+        elif not facts.already_distributed:
             line, col = facts.line_col(model.moved_later)
             where = facts.enclosing_function_name(model.moved_later)
             plan.diagnostics.append(Diagnostic(MODEL_NOT_TRACED.code, line, col, (
