@@ -49,6 +49,7 @@ class NameIndex(Visitor):
         self.params: Dict[ScopeOwner, Set[str]] = {}
         self.imported: Dict[ScopeOwner, Dict[str, str]] = {module: {}}
         self.star_imports = False  # `from x import *` somewhere: names may come from it
+        self.import_statements: List[cst.CSTNode] = []  # every Import / ImportFrom, relative ones too
         self.order: Dict[cst.CSTNode, int] = {}  # source order: when the traversal reached a node
         self.ends: Dict[cst.CSTNode, int] = {}  # ... and when it left it (after all its children)
         self._counter = 0
@@ -113,6 +114,7 @@ class NameIndex(Visitor):
             self.bound[self._owners[-1]].discard(item.name.value)
 
     def visit_Import(self, node: cst.Import) -> None:
+        self.import_statements.append(node)
         table = self.imported[self.module]
         for alias in node.names:
             full = dotted_name(alias.name) or ""
@@ -126,6 +128,7 @@ class NameIndex(Visitor):
             self.bound[self.module].add(local)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.import_statements.append(node)
         if isinstance(node.names, cst.ImportStar):
             self.star_imports = True
         if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):

@@ -349,3 +349,9 @@ NOT_PROJECT_PACKAGES = frozenset(getattr(sys, "stdlib_module_names", ())) | froz
         "transformers", "datasets", "apex", "matplotlib", "collections", "logging", "time", "os", "sys", "math",
     }
 )
+
+
+def is_legacy_launch_module(dotted: str) -> bool:
+    """`torch.distributed.launch` (and its submodules); not `torch.distributed.launcher`, the
+    elastic API torchrun itself is built on."""
+    return dotted == "torch.distributed.launch" or dotted.startswith("torch.distributed.launch.")

@@ -24,6 +24,7 @@ class Example:
     after: Optional[str] = None
     diagnostics: Tuple[str, ...] = ()
     fires: bool = True
+    path: Optional[str] = None  # the file name it is checked under (`tests/test_model.py`), when that matters
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,10 @@ class Rule:
             if example.after is not None:
                 parts += ["", "Use instead:", fence, example.after.rstrip(), "```"]
         quiet = [e for e in self.examples[1:] if not e.fires]
-        for example in quiet[:1]:
+        if quiet:
+            parts += ["", "## Where it does not apply"]
+        for example in quiet:
             fence = f"```{self.example_language}"
-            parts += ["", "## Where it does not apply", fence, example.before.rstrip(), "```"]
+            caption = example.id.replace("-", " ") + (f" (in `{example.path}`)" if example.path else "")
+            parts += ["", f"{caption}:", fence, example.before.rstrip(), "```"]
         return "\n".join(parts) + "\n"

@@ -2,26 +2,27 @@
 import pytest
 
 from migrator import RULES, migrate
+from migrator.context import FileContext
 from migrator.launcher import EXAMPLE_KIND, LAUNCHER_RULES, migrate_launcher
 
 LAUNCHER_CODES = {rule.code for rule in LAUNCHER_RULES}
 EXAMPLES = [pytest.param(rule, example, id=f"{rule.code}-{example.id}") for rule in RULES for example in rule.examples]
 
 
-def _run(rule, source):
+def _run(rule, source, path=None):
     if rule.code in LAUNCHER_CODES:
         return migrate_launcher(source, EXAMPLE_KIND)
-    return migrate(source)
+    return migrate(source, context=FileContext(path=path) if path else None)
 
 
 @pytest.mark.parametrize("rule, example", EXAMPLES)
 def test_rule_example(rule, example):
-    result = _run(rule, example.before)
+    result = _run(rule, example.before, example.path)
     if example.after is None:
         assert result.code == example.before, "the example must stay unchanged"
     else:
         assert result.code == example.after
-        assert _run(rule, result.code).code == result.code, "second run must change nothing"
+        assert _run(rule, result.code, example.path).code == result.code, "second run must change nothing"
     reported = {d.code for d in result.diagnostics}
     assert set(example.diagnostics) <= reported
     fired = {c.code for c in result.changes} | reported

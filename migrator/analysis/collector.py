@@ -109,14 +109,14 @@ class _Collector(NameIndex):
 
     def visit_Import(self, node: cst.Import) -> None:
         super().visit_Import(node)
-        if any(code_of(alias.name).startswith("torch.distributed.launch") for alias in node.names):
+        if any(N.is_legacy_launch_module(code_of(alias.name)) for alias in node.names):
             self.legacy_launch_imports.append(node)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         super().visit_ImportFrom(node)
         module = code_of(node.module) if node.module is not None else ""
         names = [] if isinstance(node.names, cst.ImportStar) else [code_of(a.name) for a in node.names]
-        if module.startswith("torch.distributed.launch") or (module == "torch.distributed" and "launch" in names):
+        if N.is_legacy_launch_module(module) or (module == "torch.distributed" and "launch" in names):
             self.legacy_launch_imports.append(node)
 
     def visit_If(self, node: cst.If) -> None:

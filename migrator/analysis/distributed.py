@@ -40,7 +40,11 @@ FRAMEWORKS: Tuple[Tuple[str, str], ...] = (
     ("torch.distributed._composable", "FSDP"),
     ("fairscale", "FairScale"),
     ("colossalai", "ColossalAI"),
+    ("torch_xla", "PyTorch/XLA"),
+    ("trl", "TRL"),
 )
+# From transformers, only its Trainer distributes (it reads torchrun's environment itself).
+_TRANSFORMERS_TRAINERS = ("Trainer", "Seq2SeqTrainer", "TrainingArguments", "Seq2SeqTrainingArguments")
 WRAPPERS = N.DDP | frozenset(
     {
         "torch.distributed.fsdp.FullyShardedDataParallel",
@@ -110,8 +114,8 @@ def _every_rank_saves(analysis, found: Distributed) -> Tuple[Tuple[cst.Call, Opt
 def _setup_points(analysis, found: Distributed) -> Dict[Optional[cst.CSTNode], int]:
     """Function (None: the module) -> source position of its first setup or wrap call."""
     calls = [*analysis.calls(N.INIT_PROCESS_GROUP), *analysis.calls(WRAPPERS)]
-    if isinstance(found.node, cst.Call):
-        calls.append(found.node)
+    if isinstance(found.node, cst.Call) and analysis.c.resolve(found.node.func) not in N.DISTRIBUTED_SAMPLER:
+        calls.append(found.node)  # a helper that sets up (a sampler alone says nothing about when)
     calls += [
         call for call in analysis.c.calls
         if N.is_distributed_setup_name((call.func.value if isinstance(call.func, cst.Name) else N.attribute_name(call.func)) or "")
@@ -195,7 +199,7 @@ def _signs(analysis, context: Optional[FileContext]) -> Iterator[Distributed]:
         yield Distributed("it wraps a model in DistributedDataParallel/FSDP", call)
     for call in analysis.calls(SPAWN):
         yield Distributed("it starts its workers with mp.spawn", call)
-    for node, framework in _framework_imports(analysis.module):
+    for node, framework in _framework_imports(analysis.c.import_statements):
         yield Distributed(f"it trains through {framework}", node, framework=True)
     for call in analysis.c.calls:
         name = call.func.value if isinstance(call.func, cst.Name) else N.attribute_name(call.func)
@@ -210,16 +214,24 @@ def _signs(analysis, context: Optional[FileContext]) -> Iterator[Distributed]:
             yield Distributed("a setup helper chosen by name (`getattr(..., 'init_dist_...')`) sets up the process group", call)
     if context is not None and context.modules is not None:
         yield from _project_helpers(analysis, context)
+    for call in analysis.calls(N.DISTRIBUTED_SAMPLER):
+        # Sharding by rank: the setup is elsewhere (a loader builder, a trainer module).
+        yield Distributed("it shards its data with DistributedSampler", call)
 
 
-def _framework_imports(module: cst.Module) -> Iterator[Tuple[cst.CSTNode, str]]:
-    for node in descendants(module, (cst.Import, cst.ImportFrom)):
+def _framework_imports(statements) -> Iterator[Tuple[cst.CSTNode, str]]:
+    for node in statements:
         if isinstance(node, cst.Import):
             sources = [dotted_name(alias.name) or "" for alias in node.names]
         elif node.relative or node.module is None:
             continue
         else:
             sources = [dotted_name(node.module) or ""]
+            if sources[0] == "transformers" and not isinstance(node.names, cst.ImportStar) and any(
+                (dotted_name(alias.name) or "") in _TRANSFORMERS_TRAINERS for alias in node.names
+            ):
+                yield node, "the Hugging Face Trainer"
+                continue
         for source in sources:
             for prefix, framework in FRAMEWORKS:
                 if source == prefix or source.startswith(prefix + "."):
@@ -229,7 +241,7 @@ def _framework_imports(module: cst.Module) -> Iterator[Tuple[cst.CSTNode, str]]:
 
 # -- helpers in the project's own modules ------------------------------------------------------
 def _project_helpers(analysis, context: FileContext) -> Iterator[Distributed]:
-    imported = _imported_names(analysis.module, context.package)
+    imported = _imported_names(analysis.c.import_statements, context.package)
     modules = context.modules
     assert modules is not None
     for call in analysis.c.calls:
@@ -249,10 +261,10 @@ def _project_helpers(analysis, context: FileContext) -> Iterator[Distributed]:
             yield Distributed(f"`{dotted}(...)` ({qualified}) {why}", call)
 
 
-def _imported_names(module: cst.Module, package: Optional[str]) -> Dict[str, str]:
+def _imported_names(statements, package: Optional[str]) -> Dict[str, str]:
     """Local name -> absolute dotted source, relative imports resolved against `package`."""
     found: Dict[str, str] = {}
-    for node in descendants(module, (cst.Import, cst.ImportFrom)):
+    for node in statements:
         if isinstance(node, cst.Import):
             for alias in node.names:
                 full = dotted_name(alias.name) or ""

@@ -23,6 +23,8 @@ def entry_point(self, guard: Optional[cst.If], models: Tuple[ModelFact, ...]) ->
     # 1. Training written straight into the guard body (or, without a guard, at module level).
     direct = [s for s in sites if self.top_statement_in(s, launch_block) is not None]
     if direct:
+        if guard is None and not any(_runs_something(s) for s in self.module.body):
+            return None  # a module of definitions (`model = Net()`, `optimizer = SGD(...)`): a config, not a script
         kind = "guard" if guard is not None else "module"
         return self.entry_in_block(kind, launch_block, None)
     # 2. A function called from the launch block that (transitively) builds the model.
@@ -122,3 +124,12 @@ def entry_in_block(self, kind: str, block: Block, call_statement: Optional[State
     scope = self.scope_of(body[index])
     training = next((s for s in body[index:] if self.holds_loop(s)), body[index])
     return EntryPoint(kind, block, body[index], training, scope, call_statement)  # type: ignore[arg-type]
+
+
+def _runs_something(statement: cst.CSTNode) -> bool:
+    """A module-level statement that does work when the file runs: a loop, a block, a bare call."""
+    if isinstance(statement, (cst.For, cst.While, cst.With, cst.Try, cst.If)):
+        return True
+    return isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) for small in statement.body
+    )

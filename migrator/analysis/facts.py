@@ -210,6 +210,7 @@ class ScriptFacts:
     local_rank_arguments: Tuple[cst.Call, ...]  # parser.add_argument("--local_rank", ...)
     accumulation_steps: Tuple[cst.CSTNode, ...]  # optimizer steps taken every N micro-batches
     batchnorm_layers: Tuple[cst.Call, ...]  # nn.BatchNorm*d(...) calls
+    converts_sync_batchnorm: bool  # nn.SyncBatchNorm.convert_sync_batchnorm(...) is called already
     rank_divergent: Tuple[cst.If, ...]  # `if rank == 0:` around a forward or a collective
     required_arguments: Tuple[str, ...]  # what the script's own argparse parser requires
     launch_literals: Tuple[cst.BaseExpression, ...]  # strings / argv lists running torch.distributed.launch|run

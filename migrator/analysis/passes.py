@@ -12,7 +12,6 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.bindings import ScopeOwner
-from migrator.tree import descendants
 from migrator.dataflow import Flow
 from migrator.analysis.facts import EntryPoint, LazyPositions, ModelFact, ScriptFacts
 from migrator.analysis.helpers import Block, Statement, _has_map_location, code_of
@@ -174,6 +173,7 @@ class _Analysis:
             reads_after_write=flow.reads_after_write(saves),
             accumulation_steps=tuple(flow.accumulation_steps()),
             batchnorm_layers=tuple(self.calls(N.BATCHNORM)),
+            converts_sync_batchnorm=any(N.attribute_name(call.func) == "convert_sync_batchnorm" for call in self.c.calls),
             rank_divergent=tuple(flow.rank_divergent()),
             local_rank_arguments=self.local_rank_arguments(),
             launch_literals=self.launch_literals(),

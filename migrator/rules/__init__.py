@@ -73,7 +73,7 @@ RULES_BY_CODE: Dict[str, Rule] = {rule.code: rule for rule in RULES}
 _LAUNCH_USAGE = frozenset({launch_calls.RULE.code, ASYNC_KEYWORD.code, advisories.LEGACY_LAUNCH_IMPORT.code, advisories.PYTHON_LAUNCH_UNSAFE.code})
 # Already distributed: what torchrun needs (the --local_rank argument) and the genuine bugs.
 ALREADY_DISTRIBUTED_SCOPE = _LAUNCH_USAGE | frozenset(
-    {local_rank.RULE.code, caveats.RANK_DIVERGENCE.code, *(rule.code for rule in distributed_bugs.RULES)}
+    {local_rank.RULE.code, caveats.RANK_DIVERGENCE.code, caveats.EVAL_SHARDED.code, *(rule.code for rule in distributed_bugs.RULES)}
 )
 # Test modules (pytest/unittest files) build models and optimizers to test them: no training advisories.
 TEST_MODULE_SCOPE = _LAUNCH_USAGE

@@ -80,6 +80,7 @@ if __name__ == "__main__":
         ),
         Example(
             id="already-exist-ok",
+            fires=False,
             before='''import os
 
 os.makedirs("out", exist_ok=True)

@@ -88,6 +88,65 @@ if __name__ == "__main__":
 ''',
             diagnostics=("DDP116",),
         ),
+        Example(
+            id="mode-toggles-in-the-loop",
+            before='''import torch
+
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.1), torch.nn.Linear(8, 1)).to(device)
+    optimizer = torch.optim.Adam(model.parameters())
+    for epoch in range(4):
+        model.train()
+        model(torch.randn(8, 4, device=device)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        # eval() and train() switch modes (dropout, batch norm); they move nothing.
+        model.eval()
+        with torch.no_grad():
+            print(epoch, model(torch.randn(8, 4, device=device)).mean().item())
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.1), torch.nn.Linear(8, 1)).to(device)
+    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    optimizer = torch.optim.Adam(model.parameters())
+    for epoch in range(4):
+        model.train()
+        model(torch.randn(8, 4, device=device)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        # eval() and train() switch modes (dropout, batch norm); they move nothing.
+        model.eval()
+        with torch.no_grad():
+            print(epoch, model(torch.randn(8, 4, device=device)).mean().item())
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+            fires=False,
+        ),
     ),
 )
 

@@ -20,7 +20,7 @@ import libcst as cst
 from migrator.analysis import ScriptFacts, code_of
 from migrator.edits import Plan
 from migrator import names as N
-from migrator.names import attribute_name, declares_distributed_option, is_main_guard, is_training_function_name, manual_update_parameters
+from migrator.names import attribute_name, is_main_guard, is_training_function_name, manual_update_parameters
 from migrator.rule import Example, Rule
 from migrator.tree import descendants
 from migrator.types import Diagnostic
@@ -88,6 +88,7 @@ class Trainer:
         ),
         Example(
             id="library-builds-optimizer",
+            fires=False,
             before='''import torch
 
 
@@ -95,6 +96,61 @@ class GPT(torch.nn.Module):
     def configure_optimizers(self, lr):
         return torch.optim.AdamW(self.parameters(), lr=lr)
 ''',
+        ),
+        Example(
+            id="loss-scaler-helper",
+            before='''"""Loss scaling for mixed-precision training, in the shape of timm's NativeScaler."""
+import torch
+
+
+class NativeScaler:
+    def __init__(self):
+        self._scaler = torch.amp.GradScaler("cuda")
+
+    # The training loop hands in its loss and its optimizer: the model, the loader and
+    # the loop live with the caller, and there is nothing to migrate here.
+    def __call__(self, loss, optimizer, clip_grad=None, parameters=None):
+        self._scaler.scale(loss).backward()
+        if clip_grad is not None:
+            self._scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(parameters, clip_grad)
+        self._scaler.step(optimizer)
+        self._scaler.update()
+
+    def state_dict(self):
+        return self._scaler.state_dict()
+
+    def load_state_dict(self, state_dict):
+        self._scaler.load_state_dict(state_dict)
+''',
+            fires=False,
+        ),
+        Example(
+            id="hugging-face-trainer",
+            before='''from datasets import load_dataset
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
+
+
+def main():
+    tokenizer = AutoTokenizer.from_pretrained("distilbert-base-uncased")
+    dataset = load_dataset("imdb", split="train[:1%]")
+    dataset = dataset.map(lambda batch: tokenizer(batch["text"], truncation=True), batched=True)
+    model = AutoModelForSequenceClassification.from_pretrained("distilbert-base-uncased", num_labels=2)
+    # Trainer distributes itself: under torchrun it wraps the model in DDP and shards the data.
+    trainer = Trainer(
+        model=model,
+        args=TrainingArguments(output_dir="out", per_device_train_batch_size=16, num_train_epochs=1),
+        train_dataset=dataset,
+        tokenizer=tokenizer,
+    )
+    trainer.train()
+    trainer.save_model("out/final")
+
+
+if __name__ == "__main__":
+    main()
+''',
+            fires=False,
         ),
     ),
 )

@@ -1,0 +1,273 @@
+"""DDP110 save-runs-shared-code and DDP115 save-after-teardown: checkpoint saves the rank-0 rule cannot guard. Report only."""
+from __future__ import annotations
+
+from migrator.rule import Example, Rule
+
+SHARED_WORK_IN_SAVE = Rule(
+    code="DDP110",
+    name="save-runs-shared-code",
+    summary="this checkpoint save also runs the model or a collective: left for every rank; compute first, then save on rank 0",
+    what="""
+A `torch.save(...)` (or checkpoint helper call) whose arguments run the wrapped model's forward
+or a torch.distributed collective, e.g. `save_checkpoint({"acc": evaluate(model, loader)}, ...)`.""",
+    why="""
+Behind a rank-0 guard the other ranks would skip that forward or collective while rank 0 waits
+for them in it: the job hangs. Left unguarded, every rank writes the file.""",
+    fix="Compute the value into a variable on every rank, then save it under `if dist.get_rank() == 0:`.",
+    fix_safety="Not fixable automatically.",
+    fixable=False,
+    examples=(
+        Example(
+            id="evaluate-inside-save",
+            before='''import torch
+
+
+def evaluate(model):
+    with torch.no_grad():
+        return model(torch.randn(4, 4)).mean().item()
+
+
+def main():
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+        torch.save({"state": model.state_dict(), "score": evaluate(model)}, "ckpt.pt")
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def evaluate(model):
+    with torch.no_grad():
+        return model(torch.randn(4, 4)).mean().item()
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    model = torch.nn.Linear(4, 4)
+    model = DDP(model, device_ids=None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+        torch.save({"state": model.module.state_dict(), "score": evaluate(model)}, "ckpt.pt")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+            diagnostics=("DDP110",),
+        ),
+        Example(
+            id="evaluated-before-the-rank-check",
+            before='''import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def evaluate(model):
+    with torch.no_grad():
+        loss = model(torch.randn(16, 4)).pow(2).mean()
+    dist.all_reduce(loss)  # every rank takes part
+    return loss.item() / dist.get_world_size()
+
+
+def main():
+    dist.init_process_group(backend="gloo")
+    model = DDP(torch.nn.Linear(4, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        # The forward and the all_reduce run on every rank, before the check;
+        # only the write is left to rank 0.
+        score = evaluate(model)
+        if dist.get_rank() == 0:
+            torch.save({"state": model.module.state_dict(), "score": score}, "ckpt.pt")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            fires=False,
+        ),
+        Example(
+            id="score-computed-before-the-save",
+            before='''import torch
+
+
+def evaluate(model):
+    with torch.no_grad():
+        return model(torch.randn(4, 4)).mean().item()
+
+
+def main():
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+        score = evaluate(model)  # computed before the save, not inside it
+        torch.save({"state": model.state_dict(), "score": score}, "ckpt.pt")
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def evaluate(model):
+    with torch.no_grad():
+        return model(torch.randn(4, 4)).mean().item()
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    model = torch.nn.Linear(4, 4)
+    model = DDP(model, device_ids=None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+        score = evaluate(model)  # computed before the save, not inside it
+        if dist.get_rank() == 0:
+            torch.save({"state": model.module.state_dict(), "score": score}, "ckpt.pt")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+            fires=False,
+        ),
+    ),
+)
+
+SAVE_AFTER_TEARDOWN = Rule(
+    code="DDP115",
+    name="save-after-teardown",
+    summary="checkpoint written between training runs, after the process group of the first is gone: every rank writes it",
+    what="""
+A `torch.save(...)` in the launch block after the call that trains, when that block goes on to
+train again (`model = main(2); torch.save(...); model = main(10)`). The process group is destroyed
+each time the entry call returns, so the save cannot be guarded by `dist.get_rank()`, and the code
+around it cannot move to rank 0 alone either: every rank must take part in the next run. (When
+nothing trains after it, DDP012 runs the whole post-training tail on rank 0, by torchrun's RANK.)""",
+    why="""
+Every rank writes the same file at once (a corrupt or half-written checkpoint on shared
+storage), and a rank reading it back may read it while another rank is writing it.""",
+    fix="Guard the save with `if int(os.environ.get('RANK', 0)) == 0:`, or move it into the training function, where ddp-migrate guards it.",
+    fix_safety="Not fixable automatically.",
+    fixable=False,
+    examples=(
+        Example(
+            id="save-between-runs",
+            before='''import torch
+
+
+def main(epochs):
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(epochs):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+    return model
+
+
+if __name__ == "__main__":
+    model = main(2)
+    torch.save(model.state_dict(), "short.pth")
+    model = main(10)
+    torch.save(model.state_dict(), "long.pth")
+''',
+            after='''import torch
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main(epochs):
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    model = torch.nn.Linear(4, 1)
+    model = DDP(model, device_ids=None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(epochs):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+    return model.module
+
+
+if __name__ == "__main__":
+    try:
+        model = main(2)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    torch.save(model.state_dict(), "short.pth")
+    model = main(10)
+    torch.save(model.state_dict(), "long.pth")
+''',
+            diagnostics=("DDP115",),
+        ),
+        Example(
+            id="rank-kept-from-before-the-teardown",
+            before='''import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    dist.init_process_group(backend="gloo")
+    rank = dist.get_rank()  # kept: the process group is gone by the time the model is saved
+    model = DDP(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    dist.destroy_process_group()
+    # After the teardown, but still written by one process only.
+    if rank == 0:
+        torch.save(model.module.state_dict(), "model.pth")
+
+
+if __name__ == "__main__":
+    main()
+''',
+            fires=False,
+        ),
+    ),
+)
