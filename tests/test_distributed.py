@@ -362,3 +362,30 @@ def test_sharded_evaluation_in_distributed_code(name, combine, fires):
     assert bool(found) is fires
     if fires:
         assert "`val_loader`" in found[0].message
+
+
+def test_a_save_after_a_project_helper_set_up_is_every_rank(tmp_path):
+    _write(tmp_path, {
+        "dist_utils.py": "import torch.distributed as dist\n\n\ndef bootstrap():\n    dist.init_process_group('gloo')\n",
+        "train.py": """\
+            import torch
+
+            import dist_utils
+
+
+            def main():
+                dist_utils.bootstrap()
+                model = torch.nn.Linear(4, 1)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                model(torch.randn(8, 4)).sum().backward()
+                optimizer.step()
+                torch.save(model.state_dict(), "model.pt")
+
+
+            if __name__ == "__main__":
+                main()
+        """,
+    })
+    script = tmp_path / "train.py"
+    result = migrate(script.read_text(), context=FileContext.for_file(script))
+    assert _codes(result) == ["DDP131"]

@@ -93,16 +93,47 @@ def test_migrated_fixture_saves_original_keys(case: fixture_cases.FixtureCase,
                     "CPU-only machine), so there are no original checkpoints to compare keys with")
     report = torchrun_report(case, tmp_path_factory)
     assert_clean_exit(report)
-    original = run_single(case.input_path, tmp_path_factory.mktemp(f"{case.name}-original"),
-                          args=case.args, script_name=SCRIPT_NAME, support=case.support_dir,
-                          label=f"fixture {case.name}: original input.py as one plain CPU process")
-    if not original.ok:
-        raise AssertionError(
-            f"[fixture {case.name}] the original input.py failed as one plain CPU process, so its saved "
-            "keys cannot be compared; if it cannot run without CUDA, set `original_runs_on_cpu = false` "
-            f"in fixtures/{case.name}/fixture.toml\n{original.explain()}")
+    original = original_run(case, tmp_path_factory)
     print(f"{case.name}: original run {original.duration_s:.1f}s; same_saved_keys: "
           f"{assert_same_saved_keys(report, original)}")  # shown with -rP
+
+
+@pytest.mark.parametrize("case", RUNTIME_CASES, ids=[case.name for case in RUNTIME_CASES])
+def test_migrated_fixture_runs_as_plain_python(case: fixture_cases.FixtureCase,
+                                               tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`python train.py` with no torchrun environment: the migrated script trains as one process
+    (a world of one) and writes the original's files with the original's keys."""
+    if case.expected_path_or_none is None:
+        pytest.skip("no migration: input.py is the script under test")
+    if not case.original_runs_on_cpu:
+        pytest.skip("fixture.toml: original_runs_on_cpu = false (the original needs CUDA or a launcher)")
+    plain = run_single(case.migrated_script, tmp_path_factory.mktemp(f"{case.name}-plain"),
+                       args=case.args, script_name=SCRIPT_NAME, support=case.support_dir,
+                       label=f"fixture {case.name}: migrated script as plain `python` (no torchrun)")
+    assert_clean_exit(plain)
+    if KEYS_CHECK in case.runtime_skip:
+        return
+    original = original_run(case, tmp_path_factory)
+    print(f"{case.name}: plain run {plain.duration_s:.1f}s; same_saved_keys: "
+          f"{assert_same_saved_keys(plain, original)}")  # shown with -rP
+
+
+_ORIGINAL_REPORTS: Dict[str, RunReport] = {}
+
+
+def original_run(case: fixture_cases.FixtureCase, tmp_path_factory: pytest.TempPathFactory) -> RunReport:
+    """input.py as one plain CPU process, run once per session for the tests that compare with it."""
+    if case.name not in _ORIGINAL_REPORTS:
+        original = run_single(case.input_path, tmp_path_factory.mktemp(f"{case.name}-original"),
+                              args=case.args, script_name=SCRIPT_NAME, support=case.support_dir,
+                              label=f"fixture {case.name}: original input.py as one plain CPU process")
+        if not original.ok:
+            raise AssertionError(
+                f"[fixture {case.name}] the original input.py failed as one plain CPU process, so its saved "
+                "keys cannot be compared; if it cannot run without CUDA, set `original_runs_on_cpu = false` "
+                f"in fixtures/{case.name}/fixture.toml\n{original.explain()}")
+        _ORIGINAL_REPORTS[case.name] = original
+    return _ORIGINAL_REPORTS[case.name]
 
 
 # --------------------------------------------------------------------------------------

@@ -75,6 +75,7 @@ class Distributed:
     what: str
     node: cst.CSTNode
     framework: bool = False  # a framework (Accelerate, Lightning, DeepSpeed...) runs the processes
+    helper: bool = False  # `node` calls a helper of the project that sets up: training runs after it
     sets_epoch: bool = False  # something in the file calls `.set_epoch(...)`
     # torch.save calls that every rank runs once the processes are set up: (the save, the
     # unguarded call of the function holding it that leads there, or None when it is in place)
@@ -114,8 +115,8 @@ def _every_rank_saves(analysis, found: Distributed) -> Tuple[Tuple[cst.Call, Opt
 def _setup_points(analysis, found: Distributed) -> Dict[Optional[cst.CSTNode], int]:
     """Function (None: the module) -> source position of its first setup or wrap call."""
     calls = [*analysis.calls(N.INIT_PROCESS_GROUP), *analysis.calls(WRAPPERS)]
-    if isinstance(found.node, cst.Call) and analysis.c.resolve(found.node.func) not in N.DISTRIBUTED_SAMPLER:
-        calls.append(found.node)  # a helper that sets up (a sampler alone says nothing about when)
+    if found.helper:
+        calls.append(found.node)  # `dist_utils.bootstrap(args)`, seen in the project's own module
     calls += [
         call for call in analysis.c.calls
         if N.is_distributed_setup_name((call.func.value if isinstance(call.func, cst.Name) else N.attribute_name(call.func)) or "")
@@ -258,7 +259,7 @@ def _project_helpers(analysis, context: FileContext) -> Iterator[Distributed]:
         qualified = f"{source}.{rest}" if rest else source
         why = _what_it_does(modules, qualified)
         if why:
-            yield Distributed(f"`{dotted}(...)` ({qualified}) {why}", call)
+            yield Distributed(f"`{dotted}(...)` ({qualified}) {why}", call, helper=True)
 
 
 def _imported_names(statements, package: Optional[str]) -> Dict[str, str]:

@@ -58,7 +58,11 @@ def main():
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
     out = "runs/exp"
     if not os.path.exists(out):
         os.makedirs(out, exist_ok=True)

@@ -65,7 +65,11 @@ def main():
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
     if dist.get_rank() != 0:
         dist.barrier()  # rank 0 downloads the data set first
     train_set = torchvision.datasets.MNIST("data", train=True, download=True)

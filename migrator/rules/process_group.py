@@ -62,7 +62,11 @@ def main():
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
     model = nn.Linear(10, 1)
     model = DDP(model, device_ids=None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -88,7 +92,11 @@ LOCAL_RANK_COMMENT = "# torchrun starts one process per device and sets LOCAL_RA
 SETUP = """\
 if {torch}.cuda.is_available():
 \t{torch}.cuda.set_device(local_rank)
-{dist}.init_process_group(backend="cpu:gloo,cuda:nccl" if {torch}.cuda.is_available() else "gloo")
+{backend} = "cpu:gloo,cuda:nccl" if {torch}.cuda.is_available() else "gloo"
+if "RANK" in os.environ:  # started by torchrun
+\t{dist}.init_process_group(backend={backend})
+else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+\t{dist}.init_process_group(backend={backend}, store={dist}.HashStore(), rank=0, world_size=1)
 """
 
 
@@ -119,7 +127,7 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
         plan.replace(facts.local_rank_at_module, lambda statement: statement.with_changes(leading_lines=()))
     else:
         setup = LOCAL_RANK_COMMENT + LOCAL_RANK + setup
-    statements = _build.statements(facts, setup, torch=names.torch, dist=names.dist)
+    statements = _build.statements(facts, setup, torch=names.torch, dist=names.dist, backend=_backend_name(facts))
     plan.insert_before(facts.entry.anchor, _build.set_apart(statements, facts.entry.anchor))
     if names.os_import_needed:
         plan.need_import("os")
@@ -129,6 +137,12 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
         plan.need_import("torch.distributed", asname="dist")
     line, col = facts.line_col(facts.entry.anchor)
     plan.changes.append(Change(RULE.code, line, col, f"process group set up in the {_where(facts)} (LOCAL_RANK, set_device, init_process_group)"))
+
+
+def _backend_name(facts: ScriptFacts) -> str:
+    """`backend`, unless the script has a name of its own spelled so where the setup goes."""
+    taken = facts.local_names.get(facts.entry.scope, frozenset()) | facts.local_names.get(facts.module, frozenset())
+    return next(name for name in ("backend", "dist_backend", "ddp_backend", "torchrun_backend") if name not in taken)
 
 
 def _report_no_entry_point(facts: ScriptFacts, plan: Plan) -> None:

@@ -64,7 +64,11 @@ def main():
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
     model = torch.nn.Linear(4, 1)
     model.load_state_dict(torch.load("pretrained.pt", map_location="cpu"))
     model = DDP(model, device_ids=None)
@@ -119,7 +123,11 @@ def main():
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
     model = torch.nn.Linear(4, 1)
     if os.path.isfile("last.pt"):
         model.load_state_dict(torch.load("last.pt", map_location="cpu")["state_dict"])
@@ -171,7 +179,11 @@ def main():
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
     net = DDP(torch.nn.Linear(4, 1), device_ids=None)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
     for epoch in range(2):
@@ -266,7 +278,11 @@ def main():
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
     model = Encoder()
     model = DDP(model, device_ids=None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -311,7 +327,11 @@ if __name__ == "__main__":
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
     model = DDP(model, device_ids=None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
