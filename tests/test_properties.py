@@ -95,7 +95,9 @@ def test_composed_script_migrates_cleanly(script: script_blocks.Script) -> None:
         f"\n----- second output -----\n{again.code}")
 
     calls = _call_names(tree)
-    assert calls.count("init_process_group") == 1, f"init_process_group calls: {calls.count('init_process_group')}\n{out}"
+    # One setup: init_process_group for torchrun, and its world-of-one twin on an in-process store.
+    assert calls.count("init_process_group") == 2 and calls.count("HashStore") == 1, (
+        f"init_process_group calls: {calls.count('init_process_group')}\n{out}")
     wraps = calls.count("DDP") + calls.count("DistributedDataParallel")
     assert wraps == 1, f"DDP(...) wraps: {wraps}\n{out}"
     assert calls.count("destroy_process_group") >= 1, f"no destroy_process_group call\n{out}"
