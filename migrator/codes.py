@@ -22,6 +22,7 @@ CODES: Tuple[Tuple[str, str], ...] = (
     ("DDP015", "module-api"),
     ("DDP016", "makedirs-exist-ok"),
     ("DDP020", "local-rank-argument"),
+    ("DDP005", "legacy-launch-cpu"),
     ("DDP021", "launch-command-in-python"),
     ("DDP017", "async-keyword"),
     ("DDP101", "no-entry-point"),

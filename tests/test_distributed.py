@@ -389,3 +389,63 @@ def test_a_save_after_a_project_helper_set_up_is_every_rank(tmp_path):
     script = tmp_path / "train.py"
     result = migrate(script.read_text(), context=FileContext.for_file(script))
     assert _codes(result) == ["DDP131"]
+
+
+# -- DDP005: torch.distributed.launch scripts join the CPU loop (issue 12) -----------------------
+LAUNCH_ERA = """\
+import argparse
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, RandomSampler, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", type=int, default={default})
+args = parser.parse_args()
+torch.cuda.set_device({device})
+dist.init_process_group(backend="nccl")
+data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+{loader}
+model = DDP(torch.nn.Linear(4, 1), device_ids=[{device}])
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+torch.save(model.module.state_dict(), "model.pt")
+"""
+ONE_LOADER = "loader = DataLoader(data, batch_size=8, sampler=DistributedSampler(data))"
+TWO_LOADERS = (
+    "if args.local_rank != -1:\n    loader = DataLoader(data, batch_size=8, sampler=DistributedSampler(data))\n"
+    "else:\n    loader = DataLoader(data, batch_size=8, sampler=RandomSampler(data))"
+)
+
+
+def test_a_launch_era_script_joins_the_cpu_loop():
+    result = migrate(LAUNCH_ERA.format(default=0, device="args.local_rank", loader=ONE_LOADER))
+    code = result.code
+    assert "if torch.cuda.is_available():\n    torch.cuda.set_device(args.local_rank)" in code
+    assert 'backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"' in code
+    assert "device_ids=[args.local_rank] if torch.cuda.is_available() else None" in code
+    assert "    loader.sampler.set_epoch(epoch)\n    for x, y in loader:" in code
+    assert 'if not dist.is_initialized() or dist.get_rank() == 0:\n    torch.save(' in code
+    assert code.count("init_process_group") == 1  # its own setup, never a second one
+    assert _codes(result) == ["DDP005", "DDP020"]
+    assert migrate(code).code == code
+
+
+def test_a_loader_built_in_a_branch_gets_no_set_epoch_but_a_report():
+    result = migrate(LAUNCH_ERA.format(default=-1, device="args.local_rank", loader=TWO_LOADERS))
+    assert "set_epoch" not in result.code  # the RandomSampler of the other branch has none
+    assert "DDP130" in _codes(result)
+
+
+def test_a_torchrun_era_script_is_left_alone():
+    # --local_rank declared but never read; the device comes from the environment
+    source = LAUNCH_ERA.format(default=0, device='int(__import__("os").environ["LOCAL_RANK"])', loader=ONE_LOADER)
+    result = migrate(source)
+    assert result.code == source
+    assert "DDP005" not in _codes(result) and "DDP020" not in _codes(result)

@@ -21,7 +21,7 @@ from typing import Dict, Iterator, Optional, Tuple
 import libcst as cst
 
 from migrator import names as N
-from migrator.analysis.helpers import code_of
+from migrator.analysis.helpers import _is_local_rank_argument, code_of
 from migrator.bindings import dotted_name
 from migrator.context import FileContext, ProjectModules
 from migrator.tree import descendants
@@ -68,6 +68,16 @@ _MAX_HOPS = 3  # re-exports and helpers calling helpers followed this deep
 
 
 @dataclass(frozen=True)
+class LegacySetup:
+    """What keeps a script written for `python -m torch.distributed.launch` (its `--local_rank`
+    picks the device or rank) off the CPU: the places issue 12's fix edits, and nothing else."""
+
+    set_device: Tuple[cst.SimpleStatementLine, ...] = ()  # `torch.cuda.set_device(x)` with no CUDA check around
+    nccl: Tuple[cst.SimpleString, ...] = ()  # the "nccl" literal given to init_process_group as its backend
+    device_args: Tuple[cst.BaseExpression, ...] = ()  # DDP's device_ids=/output_device= values, unconditional
+
+
+@dataclass(frozen=True)
 class Distributed:
     """Why the file counts as already distributed, where that shows, and what its genuine bugs
     can be judged from."""
@@ -80,14 +90,45 @@ class Distributed:
     # torch.save calls that every rank runs once the processes are set up: (the save, the
     # unguarded call of the function holding it that leads there, or None when it is in place)
     every_rank_saves: Tuple[Tuple[cst.Call, Optional[cst.Call]], ...] = ()
+    legacy: Optional[LegacySetup] = None  # written for torch.distributed.launch (its --local_rank matters)
 
 
 def evidence(analysis, context: Optional[FileContext]) -> Optional[Distributed]:
     """The first sign, in order of certainty, that the file is already distributed."""
     for found in _signs(analysis, context):
         sets_epoch = any(N.attribute_name(call.func) == "set_epoch" for call in analysis.c.calls)
-        return replace(found, sets_epoch=sets_epoch, every_rank_saves=() if found.framework else _every_rank_saves(analysis, found))
+        legacy = None if found.framework else _legacy_setup(analysis)
+        saves = () if found.framework else _every_rank_saves(analysis, found)
+        return replace(found, sets_epoch=sets_epoch, every_rank_saves=saves, legacy=legacy)
     return None
+
+
+# -- scripts written for torch.distributed.launch -----------------------------------------------
+def _legacy_setup(analysis) -> Optional[LegacySetup]:
+    """Only for a script whose `--local_rank` still matters (DDP020 fires: it is required, or read
+    to pick the device or rank with nothing reading LOCAL_RANK). One that declares it and never
+    reads it (DINO, ConvNeXt, timm) sets up from the environment: a torchrun-era script, untouched."""
+    if not any(_is_local_rank_argument(call) for call in analysis.c.calls) or not analysis.local_rank_arguments():
+        return None
+    set_device = []
+    for call in analysis.calls(N.SET_DEVICE):
+        statement = analysis.statement_of(call)
+        alone = isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and getattr(statement.body[0], "value", None) is call
+        if alone and not any(isinstance(anc, cst.If) and N.mentions_cuda(anc.test) for anc in analysis.ancestors(call)):
+            set_device.append(statement)
+    nccl = []
+    for call in analysis.calls(N.INIT_PROCESS_GROUP):
+        backend = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "backend"), None)
+        if backend is None and call.args and call.args[0].keyword is None:
+            backend = call.args[0].value
+        if isinstance(backend, cst.SimpleString) and backend.evaluated_value == "nccl":
+            nccl.append(backend)
+    device_args = [
+        arg.value for call in analysis.calls(N.DDP) for arg in call.args
+        if arg.keyword is not None and arg.keyword.value in ("device_ids", "output_device")
+        and not isinstance(arg.value, cst.IfExp) and not N.is_name(arg.value, "None")
+    ]
+    return LegacySetup(tuple(set_device), tuple(nccl), tuple(device_args))
 
 
 # -- checkpoints every rank writes ----------------------------------------------------------

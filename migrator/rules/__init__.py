@@ -21,6 +21,7 @@ from migrator.rules import (
     distributed_bugs,
     downloads,
     launch_calls,
+    legacy_launch,
     local_rank,
     moved_after_wrap,
     process_group,
@@ -50,6 +51,7 @@ FIXERS: Tuple[Tuple[Rule, Planner], ...] = (
     (unwrap_module.MODULE_API, unwrap_module.plan_module_api),
     (directories.RULE, directories.plan),
     (local_rank.RULE, local_rank.plan),
+    (legacy_launch.RULE, legacy_launch.plan),  # already-distributed scripts only (it gates itself)
     (launch_calls.RULE, launch_calls.plan),
 )
 
@@ -73,7 +75,7 @@ RULES_BY_CODE: Dict[str, Rule] = {rule.code: rule for rule in RULES}
 _LAUNCH_USAGE = frozenset({launch_calls.RULE.code, ASYNC_KEYWORD.code, advisories.LEGACY_LAUNCH_IMPORT.code, advisories.PYTHON_LAUNCH_UNSAFE.code})
 # Already distributed: what torchrun needs (the --local_rank argument) and the genuine bugs.
 ALREADY_DISTRIBUTED_SCOPE = _LAUNCH_USAGE | frozenset(
-    {local_rank.RULE.code, caveats.RANK_DIVERGENCE.code, caveats.EVAL_SHARDED.code, *(rule.code for rule in distributed_bugs.RULES)}
+    {local_rank.RULE.code, legacy_launch.RULE.code, caveats.RANK_DIVERGENCE.code, caveats.EVAL_SHARDED.code, *(rule.code for rule in distributed_bugs.RULES)}
 )
 # Test modules (pytest/unittest files) build models and optimizers to test them: no training advisories.
 TEST_MODULE_SCOPE = _LAUNCH_USAGE

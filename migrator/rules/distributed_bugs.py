@@ -163,10 +163,14 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
     found = facts.distributed
     if found is None:
         return
+    # What DDP005 fixed in a torch.distributed.launch script is not reported again.
+    fixed = {(c.line, c.col) for c in plan.changes if c.code == "DDP005"}
     if not found.sets_epoch and not found.framework:
-        _missing_set_epoch(facts, plan)
+        _missing_set_epoch(facts, plan, fixed)
     for save, via in found.every_rank_saves:
         line, col = facts.line_col(save)
+        if (line, col) in fixed:
+            continue
         path = code_of(save.args[1].value) if len(save.args) > 1 else "the file"
         if via is None:
             where = "no rank check around it"
@@ -178,13 +182,15 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
         )))
 
 
-def _missing_set_epoch(facts: ScriptFacts, plan: Plan) -> None:
+def _missing_set_epoch(facts: ScriptFacts, plan: Plan, fixed) -> None:
     for loader in facts.loaders:
         if not (loader.training and loader.distributed_sampler and loader.hooks):
             continue
         loop = loader.hooks[0].loop
         name = loader.target or "the training loader"
         line, col = facts.line_col(loop)
+        if (line, col) in fixed:
+            continue
         plan.diagnostics.append(Diagnostic(MISSING_SET_EPOCH.code, line, col, (
             f"`{name}` reads a DistributedSampler, but the epoch loop at line {line} (and the rest of the file) "
             f"never calls set_epoch: every epoch repeats the same order; call `{loader.hooks[0].loader_expr}.sampler.set_epoch(epoch)` "
