@@ -8,7 +8,9 @@ A scenario folder holds:
                  original_runs_on_cpu (bool, default true: input.py runs as one plain CPU process,
                  so the runtime test compares the keys it saves with the migrated script's),
                  runtime_skip (table: runtime check name -> why it cannot hold for this scenario),
-                 path (the name the file is checked under, e.g. "tests/test_training.py"; default train.py)
+                 path (the name the file is checked under, e.g. "tests/test_training.py"; default train.py),
+                 kind ("legacy-launch": written for torch.distributed.launch; its own setup may need a
+                 launcher, so the migrated script is not run as plain python when the original cannot be)
   support/       optional: modules the script imports (`from function import train`); the runtime
                  tests copy every file under it next to the script, for the migrated run and for the
                  original's, and the golden tests let the engine read them as the project's modules. They are run as they are: ddp-migrate does not migrate them (only
