@@ -1,5 +1,5 @@
 """Property test, runtime: composed training scripts (tests/script_blocks.py), migrated, train
-under `torchrun --standalone --nproc_per_node=2` on CPU.
+under `torchrun --standalone --nproc_per_node=2` on CPU, and run as a plain `python` process.
 
 A small fixed sample (derandomized, so CI runs the same scripts each time) plus one explicit
 example that exercises the most building blocks at once. Each must pass every check of
@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 
 import script_blocks
 from migrator import migrate
-from runtime_probe.checks import assert_trains_correctly_under_ddp
-from runtime_probe.harness import run_torchrun
+from runtime_probe.checks import assert_clean_exit, assert_trains_correctly_under_ddp
+from runtime_probe.harness import run_single, run_torchrun
 
 pytestmark = pytest.mark.runtime
 
@@ -58,6 +58,10 @@ def test_composed_script_trains_under_torchrun(script: script_blocks.Script) -> 
         skip = ("disjoint_shards", "reshuffled_each_epoch") if untraced else ()
         try:
             notes = assert_trains_correctly_under_ddp(report, nproc=2, skip=skip)
+            # and as a plain `python train.py`, with no torchrun environment: a world of one
+            plain = run_single(migrated, Path(tmp) / "plain", timeout=90, script_name="train.py",
+                               label=f"composed script as plain python {script.spec!r}")
+            assert_clean_exit(plain)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n----- migrated script -----\n{result.code}") from None
     print(f"{script.spec}: torchrun {report.duration_s:.1f}s; " + "; ".join(f"{k}: {v}" for k, v in notes.items()))
