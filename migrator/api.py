@@ -11,7 +11,7 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
-from migrator import edits, suppress
+from migrator import edits, launch_comments, suppress
 from migrator.analysis import analyze
 from migrator.context import FileContext
 from migrator.errors import IntroducedSyntaxError, SourceParseError
@@ -19,6 +19,7 @@ from migrator.legacy_syntax import RULE as ASYNC_KEYWORD, rename_async_keywords
 from migrator.options import Options
 from migrator.relevance import python_may_need_migration
 from migrator.rules import FIXERS, REPORTERS, rules_in_scope
+from migrator.rules.launch_calls import RULE as LAUNCH_IN_PYTHON
 from migrator.types import Change, Result
 
 
@@ -67,17 +68,29 @@ def _migrate(source: str, options: Options, rewrite: bool = True, context: Optio
     trains = (facts.trains or facts.already_distributed) and not (context is not None and context.is_test_module)
     launch_args = facts.required_arguments if trains else None
     plan.changes += [Change(ASYNC_KEYWORD.code, line, col + 1, "async= renamed non_blocking= (PyTorch 0.4)") for line, col in renamed]
-    if plan.empty and not renamed:
+    documented = _documented_launches(source, options, scope)
+    plan.changes += [Change(LAUNCH_IN_PYTHON.code, line, col + 1, "launch command in a comment rewritten for torchrun") for line, col, _, _ in documented]
+    if plan.empty and not renamed and not documented:
         return Result(code=source, diagnostics=diagnostics, original=source, launch_args=launch_args)
     changes = tuple(sorted(plan.changes, key=lambda c: (c.line, c.col)))
     if not rewrite:
         return Result(source, changes, diagnostics, original=source, launch_args=launch_args, pending=True)
     if plan.empty:
-        return Result(code=parsed, changes=changes, diagnostics=diagnostics, original=source, launch_args=launch_args)
+        code = launch_comments.apply(parsed, launch_comments.rewrites(parsed)) if documented else parsed
+        return Result(code=code, changes=changes, diagnostics=diagnostics, original=source, launch_args=launch_args)
     new = _with_imports(edits.apply(module, plan, facts.parents, continuations="\\\n" in source or "\\\r\n" in source), plan)
     code = new.code
+    if documented:  # found again on the new text: the edits above moved the lines
+        code = launch_comments.apply(code, launch_comments.rewrites(code))
     _check_parses(code)
     return Result(code=code, changes=changes, diagnostics=diagnostics, original=source, launch_args=launch_args)
+
+
+def _documented_launches(source: str, options: Options, scope) -> list:
+    """Launch commands in comments (migrator.launch_comments), when DDP021 may run on this file."""
+    if not options.enabled(LAUNCH_IN_PYTHON.code, LAUNCH_IN_PYTHON.name) or (scope is not None and LAUNCH_IN_PYTHON.code not in scope):
+        return []
+    return launch_comments.rewrites(source)
 
 
 def _parse_renaming_async(source: str, options: Options) -> Tuple[cst.Module, str, List[Tuple[int, int]]]:

@@ -37,7 +37,7 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 #: A Python file with none of these has nothing to migrate (api.RELEVANT; a test keeps them equal).
 PYTHON_RELEVANT = ("torch", "local_rank", "local-rank")
 #: A launcher file that does not mention this has no launch command to rewrite.
-LAUNCHER_RELEVANT = "torch.distributed"
+LAUNCHER_RELEVANT = ("torch.distributed", "torch/distributed/launch")  # the module, or its file by path
 
 #: Fewest files that need the engine for --jobs to start a process pool: with fewer, starting
 #: workers costs more than it saves (much more where workers are spawned and import LibCST anew).
@@ -394,7 +394,7 @@ def _read(path: Path, options: Options, walked: bool = False) -> Union[Migrated,
             relevant = any(word in source.text for word in PYTHON_RELEVANT)
         else:
             source = files.read_text(path)
-            relevant = LAUNCHER_RELEVANT in source.text
+            relevant = any(word in source.text for word in LAUNCHER_RELEVANT)
         if walked and "\x00" in source.text:
             return Migrated(FileOutcome(name), skipped="binary file (NUL bytes)")
     except files.UndecodableError as exc:

@@ -19,6 +19,17 @@ and the files at CORPUS_DIR/<local_file> (e.g. /work/shared/realworld/py). Outco
   spawn, negative: OK (byte-identical, nothing reported), NOISE (unchanged, something reported),
     CHANGED, CRASH.
 
+A launcher corpus (realworld/launch: manifest.tsv with a `kind` column instead of `category`)
+is surveyed by kind, each file read as the kind its upstream path has (a Dockerfile, a Makefile,
+Markdown, a Python launcher):
+  shell, markdown, other
+    FULL      changed, nothing declined, no `torch.distributed.launch` command left
+    PARTIAL   changed, and a launch declined (DDP204/DDP113) or left
+    DECLINED  unchanged, with the reason reported
+    SILENT    unchanged, and nothing said
+    FAILED    the file could not be read as its kind (the detail says why); CRASH as above
+  negative: OK, NOISE, CHANGED, CRASH as for Python.
+
 Nothing here edits the corpus or the engine; `survey()` and `classify()` are importable for tests.
 """
 from __future__ import annotations
@@ -29,6 +40,7 @@ import csv
 import dataclasses
 import difflib
 import json
+import re
 import sys
 import warnings
 from collections import Counter
@@ -41,11 +53,14 @@ for _path in (ROOT, ROOT / "scripts"):  # runnable as `python scripts/survey.py`
         sys.path.insert(0, str(_path))
 
 import survey_checks as checks  # noqa: E402
+from migrator import files  # noqa: E402
 from migrator.api import migrate  # noqa: E402
+from migrator.launcher import migrate_launcher  # noqa: E402
 from migrator.errors import IntroducedSyntaxError, MigrateError  # noqa: E402
 from migrator.types import Result  # noqa: E402
 
 TRAINING = ("single", "dataparallel")
+LAUNCHERS = ("shell", "markdown", "other")
 LEGACY = ("legacy_launch",)
 QUIET = ("spawn", "negative")
 # Outcomes that fail --strict, per category family.
@@ -53,6 +68,7 @@ STRICT_FAILURES = {
     **{c: ("CRASH", "WRONG", "SILENT", "GAP") for c in TRAINING},
     **{c: ("CRASH", "WRONG") for c in LEGACY},
     **{c: ("CRASH", "CHANGED", "NOISE") for c in QUIET},
+    **{c: ("CRASH", "SILENT") for c in LAUNCHERS},
 }
 # A diagnostic whose message says one of these tells us the training loop is in another file
 # (DDP114 words it "trains through `net` from module `models`" or "runs the training in module `x`").
@@ -112,6 +128,33 @@ def classify(category: str, source: str) -> Row:
     if category in LEGACY:
         return _classify_legacy(category, source, result)
     return _classify_quiet(category, result)
+
+
+def classify_launcher(category: str, text: str, kind: Optional[str]) -> Row:
+    """A file of a launcher corpus, read as `kind` (from its upstream name; PYTHON for a .py launcher)."""
+    if kind is None:
+        return Row("FAILED", category, detail="ddp-migrate takes no file of this name")
+    try:
+        result = run_engine(text) if kind == files.PYTHON else migrate_launcher(text, kind)
+    except EngineCrash as err:
+        return Row("CRASH", category, detail=str(err))
+    except (MigrateError, ValueError) as err:
+        return Row("FAILED", category, detail=f"as {kind}: {type(err).__name__}: {err}")
+    codes = codes_of(result.diagnostics)
+    if category not in LAUNCHERS:
+        return _classify_quiet(category, result)
+    declined = [c for c in codes if c in ("DDP113", "DDP204")]
+    left = _LEFT_LAUNCH.search(result.code) is not None
+    if not result.changed:
+        outcome = "DECLINED" if declined else "SILENT"
+    else:
+        outcome = "PARTIAL" if declined or left else "FULL"
+    detail = f"as {kind}" + ("; a torch.distributed.launch command is left" if left and result.changed else "")
+    return Row(outcome, category, detail=detail, codes=codes, changes=codes_of(result.changes))
+
+
+# A launch left in the output: the module run with -m, or its launch.py named by path.
+_LEFT_LAUNCH = re.compile(r"-m\s+torch\.distributed\.launch\b|python[\d.]*\s+\S*torch/distributed/launch\.py")
 
 
 def _classify_error(category: str, source: str, err: MigrateError) -> Row:
@@ -221,13 +264,17 @@ def read_manifest(corpus: Path) -> List[Dict[str, str]]:
     except OSError as err:
         raise ManifestError(f"{corpus}: cannot read manifest.tsv ({err.strerror})") from err
     if rows and "category" not in rows[0]:
-        # launch/manifest.tsv has a `kind` column: launcher files are issue 13's part of the survey.
-        raise ManifestError(f"{corpus}/manifest.tsv has no `category` column: only Python corpora (like realworld/py) are surveyed")
+        if "kind" not in rows[0]:
+            raise ManifestError(f"{corpus}/manifest.tsv has neither a `category` nor a `kind` column")
+        rows = [{**row, "category": row["kind"]} for row in rows]  # a launcher corpus: by kind
     return rows
 
 
 def read_source(path: Path) -> str:
-    return path.read_text(encoding="utf-8", errors="surrogateescape")
+    try:
+        return path.read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError as err:
+        raise ManifestError(f"{path}: cannot read ({err.strerror})") from err
 
 
 def survey(corpus_dir, categories: Sequence[str] = ()) -> List[Row]:
@@ -239,7 +286,11 @@ def survey(corpus_dir, categories: Sequence[str] = ()) -> List[Row]:
             continue
         with warnings.catch_warnings():  # the corpus's own `invalid escape sequence` and such
             warnings.simplefilter("ignore", (SyntaxWarning, DeprecationWarning))
-            row = classify(entry["category"], read_source(corpus / entry["local_file"]))
+            source = read_source(corpus / entry["local_file"])
+            if "kind" in entry:
+                row = classify_launcher(entry["category"], source, files.source_kind(Path(entry["path"])))
+            else:
+                row = classify(entry["category"], source)
         rows.append(dataclasses.replace(row, file=entry["local_file"]))
     return rows
 
@@ -270,9 +321,13 @@ def render_totals(rows: Sequence[Row]) -> str:
         lines.append(f"  {category:13} {total:3}: " + ", ".join(parts))
     training = [row for row in rows if row.category in TRAINING]
     here = [row for row in training if row.training_here]
+    launchers = [row for row in rows if row.category in LAUNCHERS]
     lines.append("")
-    lines.append(f"FULL / training files:            {rate(training)}")
-    lines.append(f"FULL / training files, loop here: {rate(here)}")
+    if training:
+        lines.append(f"FULL / training files:            {rate(training)}")
+        lines.append(f"FULL / training files, loop here: {rate(here)}")
+    if launchers:
+        lines.append(f"FULL / launcher files (fully rewritten): {rate(launchers)}")
     return "\n".join(lines)
 
 

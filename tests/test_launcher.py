@@ -1,7 +1,7 @@
 """Launcher files: torch.distributed.launch -> torchrun in shell, Make, Docker, YAML, Markdown, reST, notebooks.
 
 Fast and torch-free, except the one `runtime` test at the end, which runs a rewritten launcher
-script under the real torchrun. Real-world files live in launcher_fixtures/<case>/: the input file,
+script under the real torchrun. Real-world files live in fixtures/launchers/<case>/: the input file,
 expected/<same name> (absent: the file must stay unchanged) and findings.txt (every change and
 diagnostic, as the CLI prints them). `pytest --update-fixtures` regenerates expected/ and
 findings.txt; review the diff before committing it.
@@ -12,6 +12,7 @@ import difflib
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -35,7 +36,7 @@ from migrator.render import format_finding
 from migrator.types import Result
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "launcher_fixtures"
+FIXTURES = ROOT / "fixtures" / "launchers"
 
 #: Text that marks a line as part of a launch command (the only lines allowed to change).
 MARKERS = (
@@ -750,7 +751,7 @@ def test_rewrite_command_string(command, expected):
     assert rewrite_command_string(command) == expected
 
 
-# --------------------------------------------------------------------------- real-world files (launcher_fixtures/)
+# --------------------------------------------------------------------------- real-world files (fixtures/launchers/)
 
 
 def _fixture_cases() -> List[Path]:
@@ -864,4 +865,50 @@ def test_rewritten_launcher_script_trains_under_torchrun(tmp_path: Path):
     for r in ranks:
         assert r["argv"][1:] == ["--epochs", "1", "--save-model"]  # no --local-rank from torchrun
     assert "Test set: Average loss" in run.stdout
+    assert (tmp_path / "mnist_cnn.pt").stat().st_size > 0
+
+
+LEGACY_MAKEFILE = """\
+devices ?=
+num_gpus ?= 2
+port ?= 29500
+
+train:
+\tOMP_NUM_THREADS=1 CUDA_VISIBLE_DEVICES=$(devices) python -m torch.distributed.launch --nproc_per_node=$(num_gpus) \\
+\t    --master_port=$(port) --use_env train.py --epochs 1 --save-model ;\\
+\techo "trained on $(num_gpus) processes"
+"""
+
+
+@pytest.mark.runtime
+def test_rewritten_makefile_recipe_trains_under_torchrun(tmp_path: Path):
+    """A Makefile recipe with make variables, an env prefix and `;\\` continuations, rewritten and run."""
+    pytest.importorskip("torch")
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed")
+    (tmp_path / "train.py").write_bytes((ROOT / "fixtures" / "mnist_main_argparse" / "expected.py").read_bytes())
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "sitecustomize.py").write_text(RANK_PROBE)
+
+    result = migrate_launcher(LEGACY_MAKEFILE, "make")
+    assert [c.code for c in result.changes] == ["DDP201", "DDP202"]
+    assert "CUDA_VISIBLE_DEVICES=$(devices) torchrun --nproc_per_node=$(num_gpus) \\\n\t    --master_port=$(port) train.py" in result.code
+    assert result.code.replace("torchrun", "python -m torch.distributed.launch").replace("train.py", "--use_env train.py") == LEGACY_MAKEFILE
+    (tmp_path / "Makefile").write_text(result.code)
+
+    bin_dir = str(Path(sys.executable).parent)
+    env = {
+        **os.environ,
+        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+        "PYTHONPATH": str(probe),
+        "LAUNCH_PROBE_DIR": str(tmp_path),
+    }
+    run = subprocess.run([make, "train", f"port={_free_port()}"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["env"]["WORLD_SIZE"] for r in ranks] == ["2", "2"]
+    assert "trained on 2 processes" in run.stdout
     assert (tmp_path / "mnist_cnn.pt").stat().st_size > 0

@@ -416,7 +416,32 @@ def test_real_world_corpus_has_no_failures():
 
 
 def test_unreadable_corpus_is_one_line(tmp_path, capsys):
-    (tmp_path / "manifest.tsv").write_text("local_file\tkind\nshell/x.sh\tshell\n", encoding="utf-8")
-    assert survey.main([str(tmp_path)]) == 2
+    (tmp_path / "manifest.tsv").write_text("local_file\tkind\tpath\nshell/x.sh\tshell\tx.sh\n", encoding="utf-8")
+    assert survey.main([str(tmp_path)]) == 2  # the file is missing
+    assert capsys.readouterr().err.count("\n") == 1
+    (tmp_path / "manifest.tsv").write_text("local_file\tsort\nshell/x.sh\tshell\n", encoding="utf-8")
+    assert survey.main([str(tmp_path)]) == 2  # neither a category nor a kind column
     assert capsys.readouterr().err.count("\n") == 1
     assert survey.main([str(tmp_path / "missing")]) == 2
+
+
+def test_a_launcher_corpus_is_surveyed_by_kind(tmp_path, capsys):
+    (tmp_path / "shell").mkdir()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "negative").mkdir()
+    (tmp_path / "shell" / "a__train.sh").write_text("python -m torch.distributed.launch --nproc_per_node=2 train.py\n")
+    (tmp_path / "shell" / "b__split.sh").write_text('L="python -m torch.distributed.launch"\n$L --use_env train.py\n')
+    (tmp_path / "other" / "c__Dockerfile").write_text('CMD ["python", "-m", "torch.distributed.launch", "--nproc_per_node=2", "train.py"]\n')
+    (tmp_path / "negative" / "d__run.sh").write_text("torchrun --nproc_per_node=2 train.py\n")
+    manifest = ["local_file\tkind\trepo\tpath\tcommit\tshape"]
+    for local, kind, path in [("shell/a__train.sh", "shell", "train.sh"), ("shell/b__split.sh", "shell", "split.sh"),
+                              ("other/c__Dockerfile", "other", "docker/Dockerfile"), ("negative/d__run.sh", "negative", "run.sh")]:
+        manifest.append(f"{local}\t{kind}\tx/y\t{path}\tabc\t-")
+    (tmp_path / "manifest.tsv").write_text("\n".join(manifest) + "\n")
+    rows = {row.file: row for row in survey.survey(tmp_path)}
+    assert rows["shell/a__train.sh"].outcome == "FULL"
+    assert rows["shell/b__split.sh"].outcome == "DECLINED" and rows["shell/b__split.sh"].codes == ("DDP204",)
+    assert rows["other/c__Dockerfile"].outcome == "FULL"  # read as a Dockerfile, by its upstream name
+    assert rows["negative/d__run.sh"].outcome == "OK"
+    assert survey.main([str(tmp_path)]) == 0
+    assert "FULL / launcher files (fully rewritten): 2/3 = 67%" in capsys.readouterr().out

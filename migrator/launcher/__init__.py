@@ -21,7 +21,13 @@ words), `command` (planning one command), `sequences` (where words live, and edi
 """
 from __future__ import annotations
 
-from migrator.launcher.api import launch_problem, migrate_launcher, rewrite_command_string, rewrite_command_words
+from migrator.launcher.api import (
+    launch_problem,
+    migrate_launcher,
+    rewrite_command_string,
+    rewrite_command_words,
+    rewrite_documented_command,
+)
 from migrator.launcher.kinds import KINDS, detect_kind
 from migrator.launcher.rules import (
     DROP_LOCAL_RANK_ARG,
@@ -42,6 +48,7 @@ __all__ = [
     "LAUNCH_TO_TORCHRUN",
     "detect_kind",
     "launch_problem",
+    "rewrite_documented_command",
     "migrate_launcher",
     "rewrite_command_string",
     "rewrite_command_words",

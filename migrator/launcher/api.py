@@ -1,6 +1,8 @@
 """The launcher's entry points: a file's text of one kind, one argv list, or one command line."""
 from __future__ import annotations
 
+import re
+
 from typing import Callable, Dict, List, Optional, Sequence
 
 from migrator.launcher.command import _LEGACY, _find_module, _plan
@@ -34,7 +36,7 @@ def migrate_launcher(text: str, kind: str, options: Optional[Options] = None) ->
     if kind not in KINDS:
         raise ValueError(f"unknown launcher kind {kind!r}; expected one of {', '.join(KINDS)}")
     scanner = _Scanner(text, options)
-    if "torch.distributed." in text:
+    if "torch.distributed." in text or "torch/distributed/launch" in text:
         if kind == "notebook":
             _notebook(scanner)
         else:
@@ -99,3 +101,23 @@ def rewrite_command_string(command: str) -> Optional[str]:
     if not result.changed or result.diagnostics:
         return None
     return result.code
+
+
+# Where a command starts in a line of documentation: `Usage: python -m torch.distributed.launch ...`.
+_DOC_COMMAND = re.compile(r"(?:\S*/)?python[\d.]*(?:[ \t]+-\S+)*[ \t]+-m[ \t]+torch\.distributed\.launch\b")
+
+
+def rewrite_documented_command(line: str) -> Optional[str]:
+    """A line of documentation (a comment's text) with a launch command in it, rewritten as docs are:
+    the prose before the command stays, placeholders (`<ngpus>`) are words; None when nothing
+    changes or the command cannot be rewritten safely (it is documentation: left, never reported)."""
+    match = _DOC_COMMAND.search(line)
+    if match is None:
+        return None
+    scanner = _Scanner(line[match.start():])
+    scanner.docs = True
+    scanner.shell(0, len(scanner.text))
+    result = _result(scanner)
+    if not result.changed or result.diagnostics:
+        return None
+    return line[: match.start()] + result.code

@@ -60,14 +60,32 @@ def _find_module(items: Sequence[_Item]) -> Optional[int]:
 
 
 def _find_modules(items: Sequence[_Item]) -> List[int]:
-    return [
-        index
-        for index in range(1, len(items))
-        if isinstance(items[index], _Word)
-        and isinstance(items[index - 1], _Word)
-        and items[index - 1].value == "-m"  # type: ignore[union-attr]
-        and items[index].value in _MODULES  # type: ignore[union-attr]
-    ]
+    """`-m torch.distributed.launch|run` words, and launchers named by their path right after an
+    interpreter (`python /opt/conda/.../torch/distributed/launch.py`, `python $(python -c "import
+    torch.distributed.launch as l; print(l.__file__)")`): the same launcher, run as a file."""
+    found = []
+    for index in range(1, len(items)):
+        word, before = items[index], items[index - 1]
+        if not isinstance(word, _Word) or not isinstance(before, _Word):
+            continue
+        if before.value == "-m" and word.value in _MODULES:
+            found.append(index)
+        elif _located(word) and _is_interpreter(before):
+            found.append(index)
+    return found
+
+
+_LOCATED_PATH = re.compile(r"(?:.*/)?torch/distributed/launch\.py")
+_LOCATED_SUBSTITUTION = re.compile(r"\$\(\s*python[\w.]*\s+-c\s+.*\btorch\.distributed\.launch\b.*__file__.*\)", re.S)
+
+
+def _located(word: _Word) -> bool:
+    """A word that names the launcher's file: its path, or a `$(python -c ...)` that prints it."""
+    if word.value is not None:
+        return bool(_LOCATED_PATH.fullmatch(word.value))
+    return len(word.expansions) == 1 and not word.prefix and not word.suffix and bool(
+        _LOCATED_SUBSTITUTION.fullmatch(word.expansions[0])
+    )
 
 
 def _long_option(name: str) -> Optional[str]:
@@ -90,7 +108,8 @@ def _shown(items: Sequence[_Item], first: int, last: int, text: str) -> str:
 
 def _plan(items: Sequence[_Item], module: int, text: str) -> _Plan:
     """Plan the rewrite of the command whose `-m` module word is items[module]."""
-    plan = _Plan(module=module, legacy=items[module].value == _LEGACY)  # type: ignore[union-attr]
+    located = _located(items[module])  # type: ignore[arg-type]
+    plan = _Plan(module=module, legacy=located or items[module].value == _LEGACY)  # type: ignore[union-attr]
     if len(_find_modules(items)) > 1:
         plan.problem = "this command starts the launcher more than once"
         return plan
@@ -100,8 +119,8 @@ def _plan(items: Sequence[_Item], module: int, text: str) -> _Plan:
         plan.problem = "a quote or a $( ... ) in it is not closed"
         return plan
 
-    # Back from `-m`: interpreter options, then the interpreter.
-    k = module - 2
+    # Back from `-m` (or from the launcher's path): interpreter options, then the interpreter.
+    k = module - (1 if located else 2)
     options: List[_Word] = []
     while k >= 0 and isinstance(items[k], _Word):
         word = items[k]

@@ -1,6 +1,7 @@
 """Cutting documentation into code regions: Markdown and reST code blocks, command lines and inline code."""
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Sequence, Tuple
 
@@ -10,8 +11,9 @@ from migrator.launcher.scanner import _lines, _Scanner
 # ---- Markdown and reST
 
 _SHELL_LANGUAGES = frozenset(
-    "bash sh shell zsh ksh console shell-session shellsession session terminal sbatch slurm text txt none "
-    "plain plaintext".split()
+    "bash sh shell zsh ksh fish console shell-session shellsession session terminal sbatch slurm text txt none "
+    "plain plaintext powershell ps1 pwsh ps psm1 posh cmd bat batch dos doscon bash-session sh-session "
+    "shellscript shell-script".split()
 )
 _LANGUAGE_KINDS = {
     "yaml": "yaml", "yml": "yaml", "dockerfile": "docker", "docker": "docker", "make": "make", "makefile": "make"
@@ -27,13 +29,53 @@ _INLINE_COMMAND = re.compile(r"-m[ \t]+torch\.distributed\.(?:launch|run)[ \t]+\
 
 def _cut_block(scanner: _Scanner, start: int, end: int, language: str, where: str) -> None:
     language = language.lower().lstrip(".")
-    kind = "shell" if language in _SHELL_LANGUAGES or not language else _LANGUAGE_KINDS.get(language)
+    kind = "shell" if _is_shell_language(language) else _LANGUAGE_KINDS.get(language)
     if kind is None:
         scanner.regions.append((start, end, f"in this {language} block"))
     elif kind == "shell":
-        scanner.shell(start, end, where=where)
+        _cut_shell_block(scanner, start, end, where)
     else:
         _CODE_CUTTERS[kind](scanner, start, end)
+
+
+def _is_shell_language(language: str) -> bool:
+    """A fence language that holds commands: the usual names, and near misses (`shel`, `bash2`)."""
+    if not language or language in _SHELL_LANGUAGES:
+        return True
+    if language in _LANGUAGE_KINDS or len(language) < 3:
+        return False
+    return bool(difflib.get_close_matches(language, _SHELL_LANGUAGES, n=1, cutoff=0.8))
+
+
+# A prompt before a command in a session transcript: `$ `, `> `, `% `, `PS> `, `PS C:\src> `, `(venv) $ `.
+_PROMPT = re.compile(r"[ \t]*(?:\([\w.-]+\)[ \t]*)?(?:PS(?:[ \t][^>\n]*)?>|[$>%])[ \t]+")
+
+
+def _cut_shell_block(scanner: _Scanner, start: int, end: int, where: str) -> None:
+    """A block of commands. In a session transcript (prompted lines) each prompted command, with its
+    continuation lines, is a command of its own; the other lines are the output it printed."""
+    t = scanner.text
+    lines = list(_lines(t, start, end))
+    if not any(_PROMPT.match(t, a, b) for a, b, _ in lines):
+        scanner.shell(start, end, where=where)
+        return
+    scanner.regions.append((start, end, where))
+    n = 0
+    while n < len(lines):
+        a, b, _ = lines[n]
+        prompt = _PROMPT.match(t, a, b)
+        used = 1
+        if prompt:
+            c_end = b
+            while _continues(t[a:c_end] if used == 1 else t[lines[n + used - 1][0]:c_end]) and n + used < len(lines):
+                c_end = lines[n + used][1]
+                used += 1
+            scanner.shell(prompt.end(), c_end)
+        n += used
+
+
+def _continues(line: str) -> bool:
+    return line.rstrip(" \t\r").endswith("\\")
 
 
 def _cut_prose_line(scanner: _Scanner, a: int, b: int, nxt_lines: Sequence[Tuple[int, int, int]]) -> int:
@@ -57,6 +99,7 @@ def _cut_prose_line(scanner: _Scanner, a: int, b: int, nxt_lines: Sequence[Tuple
 
 
 def _cut_markdown(scanner: _Scanner, start: int, end: int) -> None:
+    scanner.docs = True
     t = scanner.text
     lines = list(_lines(t, start, end))
     n = 0
@@ -81,6 +124,7 @@ _RST_DIRECTIVE = re.compile(r"[ \t]*\.\.[ \t]+(?:code-block|code|sourcecode|prom
 
 
 def _cut_rst(scanner: _Scanner, start: int, end: int) -> None:
+    scanner.docs = True
     t = scanner.text
     lines = list(_lines(t, start, end))
     n = 0

@@ -1,6 +1,8 @@
 """A small shell lexer: simple commands of words that know their spans, quoting and expansions."""
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple, Union
 
@@ -11,6 +13,10 @@ _CONTROL = ("&&", "||", ";;", "|&", ";", "&", "|", "(", ")")
 _REDIRECT = ("<<<", "<<-", "&>>", ">>", "<<", ">&", "<&", "&>", ">|", "<>", ">", "<")
 _OPERATORS = tuple(sorted(_CONTROL + _REDIRECT, key=len, reverse=True))
 _OPERATOR_START = frozenset("".join(_OPERATORS))
+# In documentation: `<num-of-gpus-to-use>`, `<path/to/config.yaml>` (a word, not a redirection),
+# and `\ ` with blanks after the backslash at a line end (a continuation all the same).
+_PLACEHOLDER = re.compile(r"<[A-Za-z_{][^<>\s]*>")
+_STRAY_CONTINUATION = re.compile(r"\\[ \t]+\r?\n")
 _SPECIAL_PARAMS = frozenset("@*#?$!-")
 
 
@@ -63,14 +69,17 @@ class _Lexer:
     """Just enough of the POSIX shell grammar to find simple commands and their words' spans.
 
     Tolerant: an unterminated quote or substitution runs to the end of the region. `folded` treats
-    newlines as blanks (a YAML `>` block scalar folds its lines into one).
+    newlines as blanks (a YAML `>` block scalar folds its lines into one). `docs` reads commands as
+    documentation writes them for people: `<num-of-gpus>` is a placeholder word, not a redirection,
+    and a backslash followed by stray blanks at a line end still continues the line.
     """
 
-    def __init__(self, text: str, start: int, end: int, folded: bool = False) -> None:
+    def __init__(self, text: str, start: int, end: int, folded: bool = False, docs: bool = False) -> None:
         self.t = text
         self.start = start
         self.end = end
         self.folded = folded
+        self.docs = docs
 
     def lex(self) -> _Lexed:
         t, end = self.t, self.end
@@ -91,6 +100,11 @@ class _Lexer:
             if c == "\\" and t.startswith("\r\n", i + 1):
                 i += 3
                 continue
+            if c == "\\" and self.docs:
+                stray = _STRAY_CONTINUATION.match(t, i, end)
+                if stray:
+                    i = stray.end()
+                    continue
             if c == "\n" or (c == "\r" and t.startswith("\n", i + 1)):
                 after = i + (2 if c == "\r" else 1)
                 if not self.folded:
@@ -114,7 +128,7 @@ class _Lexer:
                 out.comments.append((i, j))
                 i = j
                 continue
-            if c in _OPERATOR_START:
+            if c in _OPERATOR_START and not (self.docs and _PLACEHOLDER.match(t, i, end)):
                 op = next((op for op in _OPERATORS if t.startswith(op, i)), None)
                 if op is not None:
                     if op in _REDIRECT:
@@ -171,6 +185,12 @@ class _Lexer:
         closed = True
         while i < end:
             c = t[i]
+            if c == "<" and self.docs:
+                placeholder = _PLACEHOLDER.match(t, i, end)
+                if placeholder:
+                    parts.append((False, placeholder.group()))
+                    i = placeholder.end()
+                    continue
             if c in _SPACE or c in "\r\n" or c in ";&|()<>":
                 break
             if c == "\\":

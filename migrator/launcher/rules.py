@@ -132,8 +132,8 @@ language.""",
 Half a rewrite is worse than none: `torchrun` with a `--use_env` hidden in a variable fails, and
 a launch command without its training script cannot be checked for `--local_rank`.""",
     fix="""
-None: rewrite the command by hand to `torchrun ...` (drop `--use_env`, drop `--local_rank`
-passed to the script).""",
+Rewrite the command by hand to `torchrun ...` (drop `--use_env`, drop `--local_rank` passed to
+the script).""",
     fix_safety="Nothing is changed.",
     fixable=False,
     example_language="bash",

@@ -22,7 +22,7 @@ from migrator.types import Change, Diagnostic, Result
 # --------------------------------------------------------------------------- the scanner
 
 _LEGACY_MENTION = re.compile(r"(?<!\.)torch\.distributed\.launch(?![\w.])")
-_MENTION = re.compile(r"torch\.distributed\.(?:launch|run)(?![\w])")
+_MENTION = re.compile(r"torch\.distributed\.(?:launch|run)(?![\w])|torch/distributed/launch\.py")
 
 _HAND_HINT = "rewrite it by hand: torchrun ..., without --use_env, and no --local_rank for the script"
 
@@ -46,6 +46,7 @@ class _Scanner:
         self.accounted: Set[int] = set()  # offsets of launcher mentions already dealt with
         self.regions: List[Tuple[int, int, str]] = []  # code regions: (start, end, what they are)
         self.comments: List[Tuple[int, int]] = []
+        self.docs = False  # documentation (Markdown, reST): commands written for people (see _Lexer)
 
     def enabled(self, rule: Rule) -> bool:
         return self.options.enabled(rule.code, rule.name)
@@ -64,7 +65,7 @@ class _Scanner:
             self.regions.append((start, end, where))
         if not _MENTION.search(self.text, start, end):
             return
-        lexed = _Lexer(self.text, start, end, folded).lex()
+        lexed = _Lexer(self.text, start, end, folded, self.docs).lex()
         self.comments.extend(lexed.comments)
         for command in lexed.commands:
             module = _find_module(command)
@@ -109,9 +110,12 @@ class _Scanner:
             raw = self.text[word.start : word.end]
             at = raw.find(_LEGACY)
             if at < 0:
-                self.findings.append(
-                    _Finding(LAUNCHER_UNSAFE.code, word.start, f"launch left as it is: cannot rename {raw}", False)
+                kept = self.text[interpreter.start : interpreter.end]
+                message = (
+                    f"launch left as it is: the launcher is named by its path ({raw}) after `{kept}`, which is not "
+                    "plain python; run the torchrun of that environment instead"
                 )
+                self.findings.append(_Finding(LAUNCHER_UNSAFE.code, word.start, message, False))
                 return
             start = word.start + at + len("torch.distributed.")
             self.edits.append(_Edit(start, start + len("launch"), "run"))
