@@ -40,7 +40,8 @@ FIXTURES = ROOT / "fixtures" / "launchers"
 
 #: Text that marks a line as part of a launch command (the only lines allowed to change).
 MARKERS = (
-    "torch.distributed.launch", "torch.distributed.run", "--use_env", "--use-env", "--local_rank", "--local-rank"
+    "torch.distributed.launch", "torch.distributed.run", "--use_env", "--use-env", "--local_rank", "--local-rank",
+    "torch/distributed/launch.py",
 )  # fmt: skip
 
 
