@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from contextlib import contextmanager
 from typing import Sequence, Tuple
 
 from migrator.launcher.formats import _CODE_CUTTERS, _indent, _indented_block_end
@@ -99,7 +100,11 @@ def _cut_prose_line(scanner: _Scanner, a: int, b: int, nxt_lines: Sequence[Tuple
 
 
 def _cut_markdown(scanner: _Scanner, start: int, end: int) -> None:
-    scanner.docs = True
+    with _documentation(scanner):
+        _cut_markdown_lines(scanner, start, end)
+
+
+def _cut_markdown_lines(scanner: _Scanner, start: int, end: int) -> None:
     t = scanner.text
     lines = list(_lines(t, start, end))
     n = 0
@@ -124,7 +129,22 @@ _RST_DIRECTIVE = re.compile(r"[ \t]*\.\.[ \t]+(?:code-block|code|sourcecode|prom
 
 
 def _cut_rst(scanner: _Scanner, start: int, end: int) -> None:
-    scanner.docs = True
+    with _documentation(scanner):
+        _cut_rst_lines(scanner, start, end)
+
+
+@contextmanager
+def _documentation(scanner: _Scanner):
+    """Commands read as written for people (placeholders, stray continuation blanks) while cutting
+    documentation; a notebook's code cells, cut by the same scanner, are read as shell again."""
+    before, scanner.docs = scanner.docs, True
+    try:
+        yield
+    finally:
+        scanner.docs = before
+
+
+def _cut_rst_lines(scanner: _Scanner, start: int, end: int) -> None:
     t = scanner.text
     lines = list(_lines(t, start, end))
     n = 0
