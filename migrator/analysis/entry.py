@@ -36,9 +36,11 @@ def entry_point(self, guard: Optional[cst.If], models: Tuple[ModelFact, ...]) ->
         for name in _called_names(statement) + _handed_over_names(statement):
             target = functions.get(name)
             if isinstance(target, cst.FunctionDef) and self.reaches(target, sites, functions, set()):
-                if self.holds_loop(statement) or self.builds_loaders(launch_block.body[:position], loaders, functions):
-                    # `for fold in range(5): train_loop(fold)`: one process group for all the
-                    # calls, so the setup goes in the launch block, before the loop. Likewise
+                calls = sum(name in _called_names(s) for s in launch_block.body if not isinstance(s, (cst.FunctionDef, cst.ClassDef)))
+                if self.holds_loop(statement) or calls > 1 or self.builds_loaders(launch_block.body[:position], loaders, functions):
+                    # `for fold in range(5): train_loop(fold)`, or `main(2)` then `main(10)`: one
+                    # process group for all the calls (one set up again after a teardown can hang
+                    # a rank), so the setup goes in the launch block, before the loop. Likewise
                     # `loader = load_data(); train(loader)`: the sampler needs the process group
                     # before the function that builds the model runs.
                     kind = "guard" if guard is not None else "module"

@@ -186,10 +186,13 @@ SAVE_AFTER_TEARDOWN = Rule(
     summary="checkpoint written between training runs, after the process group of the first is gone: every rank writes it",
     what="""
 A `torch.save(...)` in the launch block after the call that trains, when that block goes on to
-train again (`model = main(2); torch.save(...); model = main(10)`). The process group is destroyed
-each time the entry call returns, so the save cannot be guarded by `dist.get_rank()`, and the code
-around it cannot move to rank 0 alone either: every rank must take part in the next run. (When
-nothing trains after it, DDP012 runs the whole post-training tail on rank 0, by torchrun's RANK.)""",
+train again and the process group is destroyed each time the entry call returns: the save cannot be
+guarded by `dist.get_rank()`, and the code around it cannot move to rank 0 alone either, since every
+rank must take part in the next run. A safety net: a launch block that calls the training function
+more than once (`model = main(2); torch.save(...); model = main(10)`) gets one process group around
+all the runs (a group set up again after a teardown can hang a rank), so its saves are guarded by
+DDP012 as usual (the example). (When nothing trains after it, DDP012 runs the whole post-training
+tail on rank 0, by torchrun's RANK.)""",
     why="""
 Every rank writes the same file at once (a corrupt or half-written checkpoint on shared
 storage), and a rank reading it back may read it while another rank is writing it.""",
@@ -199,6 +202,7 @@ storage), and a rank reading it back may read it while another rank is writing i
     examples=(
         Example(
             id="save-between-runs",
+            fires=False,
             before='''import torch
 
 
@@ -224,6 +228,16 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 def main(epochs):
+    model = torch.nn.Linear(4, 1)
+    model = DDP(model, device_ids=None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(epochs):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+    return model
+
+
+if __name__ == "__main__":
     # torchrun starts one process per device and sets LOCAL_RANK for each.
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if torch.cuda.is_available():
@@ -233,27 +247,17 @@ def main(epochs):
         dist.init_process_group(backend=backend)
     else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
         dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
-    model = torch.nn.Linear(4, 1)
-    model = DDP(model, device_ids=None)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for epoch in range(epochs):
-        model(torch.randn(8, 4)).sum().backward()
-        optimizer.step()
-    return model.module
-
-
-if __name__ == "__main__":
     try:
         model = main(2)
+        if dist.get_rank() == 0:
+            torch.save(model.module.state_dict(), "short.pth")
+        model = main(10)
+        if dist.get_rank() == 0:
+            torch.save(model.module.state_dict(), "long.pth")
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    torch.save(model.state_dict(), "short.pth")
-    model = main(10)
-    torch.save(model.state_dict(), "long.pth")
+        dist.destroy_process_group()
 ''',
-            diagnostics=("DDP115",),
-        ),
+            ),
         Example(
             id="rank-kept-from-before-the-teardown",
             before='''import torch
