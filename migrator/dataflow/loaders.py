@@ -11,7 +11,7 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.bindings import ScopeOwner, dotted_name
-from migrator.dataflow.core import EpochHook, LoaderFact, _iterated, _wrapped, code_of
+from migrator.dataflow.core import EpochHook, LoaderFact, Statement, _iterated, _wrapped, code_of
 from migrator.dataflow.epochs import EpochFlow
 from migrator.tree import descendants
 
