@@ -20,7 +20,6 @@ from typing import Dict, Iterator, Optional, Tuple
 import libcst as cst
 
 from migrator import names as N
-from migrator.analysis.helpers import _is_local_rank_argument
 from migrator.analysis.project_modules import absolute, what_it_does
 from migrator.analysis.rank_saves import WRAPPERS, every_rank_saves
 from migrator.bindings import dotted_name
@@ -90,7 +89,7 @@ def _legacy_setup(analysis) -> Optional[LegacySetup]:
     """Only for a script whose `--local_rank` still matters (DDP020 fires: it is required, or read
     to pick the device or rank with nothing reading LOCAL_RANK). One that declares it and never
     reads it (DINO, ConvNeXt, timm) sets up from the environment: a torchrun-era script, untouched."""
-    if not any(_is_local_rank_argument(call) for call in analysis.c.calls) or not analysis.local_rank_arguments():
+    if not analysis.local_rank_arguments():
         return None
     set_device = []
     for call in analysis.calls(N.SET_DEVICE):

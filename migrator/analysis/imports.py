@@ -81,7 +81,14 @@ def local_rank_arguments(self) -> Tuple[cst.Call, ...]:
     script reads it (to pick its GPU or rank) and nothing in the file reads LOCAL_RANK from the
     environment instead (timm, DINO and DeiT declare it and never read it; their setup reads the
     environment). A required one always matters: argparse stops the script before it starts.
+    Asked twice (DDP020's facts, and DDP005's "is this a torch.distributed.launch script"): found once.
     """
+    if self._local_rank_arguments is None:
+        self._local_rank_arguments = _mattering_local_rank_arguments(self)
+    return self._local_rank_arguments
+
+
+def _mattering_local_rank_arguments(self) -> Tuple[cst.Call, ...]:
     declared = [call for call in self.c.calls if _is_local_rank_argument(call)]
     if not declared:
         return ()

@@ -30,6 +30,7 @@ class _Analysis:
         self.module = module
         self.c = c
         self.context = context
+        self._local_rank_arguments: Optional[Tuple[cst.Call, ...]] = None  # imports.local_rank_arguments
         self.parents = c.parents
         self.positions = LazyPositions(module)
         self.calls_inside = self._index_calls()
