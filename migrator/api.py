@@ -78,11 +78,11 @@ def _migrate(source: str, options: Options, rewrite: bool = True, context: Optio
     if plan.empty:
         code = launch_comments.apply(parsed, launch_comments.rewrites(parsed)) if documented else parsed
         return Result(code=code, changes=changes, diagnostics=diagnostics, original=source, launch_args=launch_args)
-    new = _with_imports(edits.apply(module, plan, facts.parents, continuations="\\\n" in source or "\\\r\n" in source), plan)
+    new = with_imports(edits.apply(module, plan, facts.parents, continuations="\\\n" in source or "\\\r\n" in source), plan)
     code = new.code
     if documented:  # found again on the new text: the edits above moved the lines
         code = launch_comments.apply(code, launch_comments.rewrites(code))
-    _check_parses(code)
+    check_parses(code)
     return Result(code=code, changes=changes, diagnostics=diagnostics, original=source, launch_args=launch_args)
 
 
@@ -130,7 +130,7 @@ def _syntax_error(source: str, exc: cst.ParserSyntaxError) -> SourceParseError:
     return SourceParseError(_first_line(exc.message), exc.raw_line, exc.raw_column + 1)
 
 
-def _with_imports(module: cst.Module, plan: edits.Plan) -> cst.Module:
+def with_imports(module: cst.Module, plan: edits.Plan) -> cst.Module:
     # Imported here: libcst.codemod (and the libcst.matchers it pulls in) costs 0.2 s to import,
     # and only a run that rewrites something needs it; `--check` of a clean tree never does.
     from libcst.codemod import CodemodContext
@@ -173,7 +173,7 @@ def _is_import_or_docstring(statement: cst.BaseStatement) -> bool:
     )
 
 
-def _check_parses(code: str) -> None:
+def check_parses(code: str) -> None:
     # CPython's own parser: the arbiter of "does it run", and ten times faster than re-parsing with libcst.
     try:
         ast.parse(code)

@@ -30,6 +30,7 @@ from migrator.output import FORMATS, Failure, FileOutcome
 from migrator.report import EXIT_FAILED, Report, WriteBack
 
 if TYPE_CHECKING:  # pragma: no cover
+    from migrator.project.plan import Update
     from migrator.types import Result
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -41,6 +42,10 @@ LAUNCHER_RELEVANT = ("torch.distributed", "torch/distributed/launch")  # the mod
 
 #: Fewest files that need the engine for --jobs to start a process pool: with fewer, starting
 #: workers costs more than it saves (much more where workers are spawned and import LibCST anew).
+#: The process-group setup rule: a file it changed is a training script's entry point, which
+#: project mode (migrator.project) plans with the modules it imports.
+_SETUP_CODE = "DDP001"
+
 POOL_MIN_FILES = 4 if sys.platform.startswith("linux") else 12
 
 
@@ -266,14 +271,19 @@ def cli(
     named = {os.path.realpath(path) for path in paths if not path.is_dir()}
     walked = {i for i, path in enumerate(sources) if os.path.realpath(path) not in named}
     progress = render.progress(err, len(sources)) if output_format == "text" and not quiet else None
+    outcomes: List[Migrated] = []
     try:
-        for done in migrate_files(sources, mode, options, jobs=jobs or cpu_count(), walked=walked):
+        for done in migrate_files(sources, mode, options,
+                                  jobs=jobs or cpu_count(), walked=walked, write=False):
             if progress is not None:
                 progress.advance()
-            show.file(done, report)
+            outcomes.append(done)
     finally:
         if progress is not None:
             progress.stop()
+    # Written and shown once the project is planned: a trainer module may change because of its script.
+    for done in with_project(outcomes, mode, options):
+        show.file(_write_back(done) if mode.writes else done, report)
     show.finish(report)
     ctx.exit(report.return_code)
 
@@ -476,7 +486,8 @@ def _one_line(message: str) -> str:
 
 
 def migrate_files(
-    paths: Sequence[Path], mode: WriteBack, options: Options, *, jobs: int = 1, walked: Optional[Set[int]] = None
+    paths: Sequence[Path], mode: WriteBack, options: Options, *, jobs: int = 1, walked: Optional[Set[int]] = None,
+    write: bool = True,
 ) -> Iterator[Migrated]:
     """Each file's outcome, in the order of `paths`, written back first when `mode` writes.
 
@@ -486,11 +497,12 @@ def migrate_files(
     the indexes of the paths found in a directory walk (a binary one among them is skipped).
     """
     walked = walked or set()
-    yield from run_jobs([_read(path, options, i in walked) for i, path in enumerate(paths)], mode, options, jobs=jobs)
+    read = [_read(path, options, i in walked) for i, path in enumerate(paths)]
+    yield from run_jobs(read, mode, options, jobs=jobs, write=write)
 
 
 def run_jobs(
-    read: Sequence[Union[Migrated, _Job]], mode: WriteBack, options: Options, *, jobs: int = 1
+    read: Sequence[Union[Migrated, _Job]], mode: WriteBack, options: Options, *, jobs: int = 1, write: bool = True
 ) -> Iterator[Migrated]:
     """migrate_files for files already read."""
     pending = [item for item in read if isinstance(item, _Job)]
@@ -508,7 +520,7 @@ def run_jobs(
                 done = _result(futures.get(id(item)), item, options, mode)
             else:
                 done = item
-            yield _write_back(done) if mode.writes else done
+            yield _write_back(done) if mode.writes and write else done
     finally:
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
@@ -541,6 +553,45 @@ def _result(future: Any, job: _Job, options: Options, mode: WriteBack) -> Migrat
         return future.result()
     except Exception:  # a broken pool (a worker killed): do this file here
         return _migrate(job, options, mode)
+
+
+def with_project(outcomes: Sequence[Migrated], mode: WriteBack, options: Options) -> List[Migrated]:
+    """The outcomes, with project mode's plan applied (migrator.project.plan): modules that a
+    migrated script trains through are migrated with it, or named in its findings."""
+    python = [
+        (done, os.path.realpath(done.source.path))
+        for done in outcomes
+        if done.source is not None and done.outcome.error is None and done.code is not None
+        and files.source_kind(done.source.path) == files.PYTHON
+    ]
+    if not any(change.code == _SETUP_CODE for done, _ in python for change in done.outcome.changes):
+        return list(outcomes)  # no script was migrated: no project to plan (and LibCST stays unloaded)
+    from migrator.project.plan import ProjectFile, plan_project
+
+    project = [
+        ProjectFile(real, done.outcome.path, done.source.text, done.code if mode.needs_code else None, done.outcome.changes)
+        for done, real in python
+    ]
+    updates = plan_project(project, options, rewrite=mode.needs_code)
+    real_of = {id(done): real for done, real in python}
+    return [_updated(done, updates.get(real_of.get(id(done), ""))) for done in outcomes]
+
+
+def _updated(done: Migrated, update: Optional["Update"]) -> Migrated:
+    if update is None:
+        return done
+    outcome = done.outcome
+    diagnostics = tuple(d for d in outcome.diagnostics if d.code not in update.dropped) + update.diagnostics
+    changes = tuple(sorted(outcome.changes + update.changes, key=lambda c: (c.line, c.col)))
+    code = update.code if update.code is not None else done.code
+    try:
+        if done.source is not None and code is not None:
+            done.source.encode(code)
+    except Exception as exc:  # noqa: BLE001 - the new code has no bytes in the file's encoding
+        return Migrated(FileOutcome(outcome.path, error=_failure(exc, outcome.path)), done.source)
+    new = FileOutcome(outcome.path, outcome.changed or bool(update.changes), changes,
+                      tuple(sorted(diagnostics, key=lambda d: (d.line, d.col))), outcome.error, outcome.launch)
+    return Migrated(new, done.source, code, done.skipped)
 
 
 def _write_back(done: Migrated) -> Migrated:

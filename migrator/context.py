@@ -85,7 +85,7 @@ class FileContext:
 
     @classmethod
     def for_file(cls, path: Path, display: Optional[str] = None) -> "FileContext":
-        return cls(display or str(path), _package_of(path), ProjectModules.for_script(path))
+        return cls(display or str(path), package_of(path), ProjectModules.for_script(path))
 
     @property
     def is_test_module(self) -> bool:
@@ -99,7 +99,7 @@ class FileContext:
         return any(part in ("tests", "test") for part in pure.parts[:-1])
 
 
-def _package_of(path: Path) -> Optional[str]:
+def package_of(path: Path) -> Optional[str]:
     """`detectron2/engine/defaults.py` -> "detectron2.engine" (the directories holding __init__.py)."""
     parts = []
     folder = path.resolve().parent

@@ -113,3 +113,75 @@ def discover() -> List[FixtureCase]:
         config = tomllib.loads(config_path.read_text()) if config_path.exists() else {}
         cases.append(FixtureCase(folder.name, folder, config))
     return cases
+
+
+# --------------------------------------------------------------------------- multi-file projects
+
+PROJECTS = FIXTURES / "projects"
+
+
+@dataclass(frozen=True)
+class ProjectCase:
+    """fixtures/projects/<name>/: a small project as users write it, for project mode.
+
+    input/         the project (entry script, packages, config files)
+    expected/      what `ddp-migrate --in-place .` makes of it
+    project.toml   description, unchanged (true: every file stays byte-identical, no expected/), entry (the script torchrun runs; default train.py), args (list),
+                   diagnostics (codes reported anywhere in the project), runtime_skip (as for fixtures)
+    """
+
+    name: str
+    folder: Path
+    config: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def input_dir(self) -> Path:
+        return self.folder / "input"
+
+    @property
+    def expected_dir(self) -> Path:
+        return self.folder / "expected"
+
+    @property
+    def migrated_dir(self) -> Path:
+        """The tree that should train under torchrun: expected/, or input/ when nothing changes."""
+        return self.input_dir if self.unchanged else self.expected_dir
+
+    @property
+    def unchanged(self) -> bool:
+        """project.toml `unchanged = true`: every file must stay byte-identical (no expected/)."""
+        return bool(self.config.get("unchanged", False))
+
+    @property
+    def entry(self) -> str:
+        return str(self.config.get("entry", "train.py"))
+
+    @property
+    def args(self) -> List[str]:
+        return list(self.config.get("args", []))
+
+    @property
+    def diagnostics(self) -> List[str]:
+        return list(self.config.get("diagnostics", []))
+
+    @property
+    def runtime_skip(self) -> Dict[str, str]:
+        return {str(k): str(v) for k, v in dict(self.config.get("runtime_skip", {})).items()}
+
+
+def discover_projects() -> List[ProjectCase]:
+    cases = []
+    for folder in sorted(p for p in PROJECTS.iterdir() if (p / "input").is_dir()) if PROJECTS.is_dir() else ():
+        config_path = folder / "project.toml"
+        config = tomllib.loads(config_path.read_text()) if config_path.exists() else {}
+        cases.append(ProjectCase(folder.name, folder, config))
+    return cases
+
+
+def tree_files(root: Path) -> Dict[str, bytes]:
+    """Every file under `root` by '/'-separated relative path (caches and outputs left out)."""
+    return {
+        path.relative_to(root).as_posix(): path.read_bytes()
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+    }

@@ -4,14 +4,20 @@ import pytest
 from migrator import RULES, migrate
 from migrator.context import FileContext
 from migrator.launcher import EXAMPLE_KIND, LAUNCHER_RULES, migrate_launcher
+from migrator.project import ModuleRole, migrate_module
+from migrator.project.rules import RULES as PROJECT_RULES
 
 LAUNCHER_CODES = {rule.code for rule in LAUNCHER_RULES}
+# Project mode's rules run on a module a migrated training script imports (migrator.project).
+PROJECT_CODES = {rule.code for rule in PROJECT_RULES}
 EXAMPLES = [pytest.param(rule, example, id=f"{rule.code}-{example.id}") for rule in RULES for example in rule.examples]
 
 
 def _run(rule, source, path=None):
     if rule.code in LAUNCHER_CODES:
         return migrate_launcher(source, EXAMPLE_KIND)
+    if rule.code in PROJECT_CODES:
+        return migrate_module(source, ModuleRole(entries=("train.py",)))
     return migrate(source, context=FileContext(path=path) if path else None)
 
 

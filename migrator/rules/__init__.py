@@ -12,6 +12,7 @@ from migrator.context import FileContext
 from migrator.edits import Plan
 from migrator.launcher import LAUNCHER_RULES
 from migrator.legacy_syntax import RULE as ASYNC_KEYWORD
+from migrator.project import rules as project_rules
 from migrator.rule import Rule
 from migrator.rules import (
     advisories,
@@ -66,7 +67,7 @@ REPORTERS: Tuple[Tuple[Tuple[Rule, ...], Planner], ...] = (
 
 # Launcher files (shell, Make, YAML, Dockerfile, Markdown) share the codes and the registry.
 RULES: Tuple[Rule, ...] = (
-    tuple(rule for rule, _ in FIXERS) + (ASYNC_KEYWORD,) + advisories.RULES + (unmigrated.RULE, moved_after_wrap.RULE) + caveats.RULES + distributed_bugs.RULES + LAUNCHER_RULES
+    tuple(rule for rule, _ in FIXERS) + (ASYNC_KEYWORD,) + advisories.RULES + (unmigrated.RULE, moved_after_wrap.RULE) + caveats.RULES + distributed_bugs.RULES + project_rules.RULES + LAUNCHER_RULES
 )
 RULES_BY_CODE: Dict[str, Rule] = {rule.code: rule for rule in RULES}
 

@@ -1,0 +1,142 @@
+"""The import graph of a project, from the files' raw text.
+
+Project mode (migrator.project) needs to know which of the walked files a training script
+reaches through its imports: `from trainer import Trainer`, `import utils`, relative imports,
+package `__init__`s that re-export (`from .base_trainer import *`). The import lines are found
+with a regular expression over the text, not by parsing: a 300-file repository is scanned in
+milliseconds, and only the modules a script reaches are ever parsed (by the rewrite, later).
+A line the expression misreads costs an edge, never a rewrite: every edit is decided on the
+syntax tree of the module it is in.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
+
+from migrator.analysis.project_modules import absolute
+from migrator.context import ProjectModules, package_of
+
+_IMPORT = re.compile(
+    r"^[ \t]*(?:from[ \t]+(?P<base>\.*[\w.]*)[ \t]+import[ \t]+(?P<names>\([^)]*\)|[^\n#;]*)"
+    r"|import[ \t]+(?P<modules>[^\n#;]*))",
+    re.M,
+)
+_MAX_DEPTH = 6  # train.py -> trainer/__init__ -> trainer.trainer -> base/__init__ -> base.base_trainer: 4
+
+
+@dataclass(frozen=True)
+class ImportLine:
+    level: int  # leading dots of a relative import
+    module: Optional[str]  # `a.b` in `from a.b import c` / `import a.b`
+    names: Tuple[str, ...]  # `c` in `from a.b import c` (empty for `import a.b`)
+
+
+def import_lines(text: str) -> List[ImportLine]:
+    """Every `import` / `from ... import` line of `text`, read as written."""
+    found = []
+    for match in _IMPORT.finditer(text):
+        if match.group("modules") is not None:
+            for part in match.group("modules").split(","):
+                words = part.split()
+                if words and _dotted(words[0]):
+                    found.append(ImportLine(0, words[0], ()))
+            continue
+        base = match.group("base")
+        level = len(base) - len(base.lstrip("."))
+        module = base[level:] or None
+        if module is not None and not _dotted(module):
+            continue
+        names = tuple(
+            words[0] for words in (part.split() for part in match.group("names").strip("() \t\\").split(","))
+            if words and words[0].isidentifier()
+        )
+        found.append(ImportLine(level, module, names))
+    return found
+
+
+def _dotted(name: str) -> bool:
+    return all(part.isidentifier() for part in name.split("."))
+
+
+@dataclass
+class ProjectGraph:
+    """The walked Python files (real path -> text) and the project modules each one imports.
+
+    A module resolves as `python script.py` would resolve it: from the importing file's folder,
+    from the folders above it up to the project's top (migrator.context), and relative imports
+    from the file's package. Files outside the walked set resolve too, when they exist: project
+    mode reports what they need instead of changing them.
+    """
+
+    texts: Mapping[str, str]
+    _edges: Dict[str, Tuple[str, ...]] = field(default_factory=dict, repr=False)
+    _exists: Dict[str, bool] = field(default_factory=dict, repr=False)
+
+    def walked(self, path: str) -> bool:
+        return path in self.texts
+
+    def text(self, path: str) -> Optional[str]:
+        if path in self.texts:
+            return self.texts[path]
+        try:
+            with open(path, "rb") as handle:
+                return handle.read().decode("utf-8", errors="replace")
+        except OSError:
+            return None
+
+    def imports(self, path: str) -> Tuple[str, ...]:
+        """The project modules `path` imports (real paths), in the order of its import lines."""
+        if path not in self._edges:
+            text = self.text(path)
+            self._edges[path] = tuple(self._resolve_all(path, import_lines(text))) if text else ()
+        return self._edges[path]
+
+    def reachable(self, entry: str) -> Iterator[Tuple[str, Tuple[str, ...]]]:
+        """Project modules imported by `entry`, directly or through others, breadth first, each
+        with the chain of modules that leads to it (entry first)."""
+        seen: Set[str] = {entry}
+        frontier: List[Tuple[str, Tuple[str, ...]]] = [(entry, (entry,))]
+        for _ in range(_MAX_DEPTH):
+            following = []
+            for path, chain in frontier:
+                for module in self.imports(path):
+                    if module not in seen:
+                        seen.add(module)
+                        yield module, chain + (module,)
+                        following.append((module, chain + (module,)))
+            frontier = following
+
+    def _resolve_all(self, path: str, lines: Iterable[ImportLine]) -> Iterator[str]:
+        here = Path(path)
+        roots = ProjectModules.for_script(here).roots
+        package = package_of(here)
+        seen: Set[str] = set()
+        for line in lines:
+            base = absolute(line.level, line.module, package)
+            if base is None:
+                continue
+            # `import a.b.c` runs a/__init__.py and a/b/__init__.py too; `from a import b` may name a module.
+            wanted = [".".join(base.split(".")[: i + 1]) for i in range(base.count(".") + 1)]
+            wanted += [f"{base}.{name}" for name in line.names]
+            for dotted in wanted:
+                found = self._find(roots, dotted)
+                if found is not None and found != path and found not in seen:
+                    seen.add(found)
+                    yield found
+
+    def _find(self, roots: Tuple[str, ...], dotted: str) -> Optional[str]:
+        parts = dotted.split(".")
+        for root in roots:
+            base = os.path.join(root, *parts)
+            for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+                if self._is_file(candidate):
+                    return os.path.realpath(candidate)
+        return None
+
+    def _is_file(self, candidate: str) -> bool:
+        if candidate not in self._exists:
+            self._exists[candidate] = os.path.realpath(candidate) in self.texts or os.path.isfile(candidate)
+        return self._exists[candidate]

@@ -1,0 +1,217 @@
+"""Project mode: plan the migration of a training script together with the modules it imports.
+
+The per-file engine migrates each file by itself. A training script whose loaders, epoch loop or
+checkpoints live in other modules of its project (`from trainer import Trainer`,
+`make_data_loader(args)` from `dataloaders/`, a `Saver` in `utils/saver.py`) gets the setup and
+the DDP wrap from it, and nothing else. Here, after every file has been through the engine:
+
+1. the scripts it migrated (they got the process-group setup, DDP001) are the entry points;
+2. the project modules each one imports, directly or through others (migrator.project.graph),
+   are planned as part of its training (migrator.project.rewrite: sampler, set_epoch, rank-0
+   checkpoints, unwrapped keys), each edit conditional on a process group so other callers of
+   the module are unaffected;
+3. a module among the files given is changed; one outside them is not, and the script's own
+   findings say which module needs what (DDP140).
+
+Modules that are already distributed, test modules and other entry points are never planned.
+Everything here is pure: the CLI passes the files it read and applies what comes back.
+"""
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+
+from migrator.context import FileContext
+from migrator.errors import MigrateError
+from migrator.options import Options
+from migrator.project.graph import ProjectGraph
+from migrator.project.rewrite import ModuleRole, migrate_module
+from migrator.project.rules import MODULE_NEEDS_MIGRATION, MODULE_SAMPLER, MODULE_SET_EPOCH
+from migrator.types import Change, Diagnostic
+
+SETUP_CODE = "DDP001"  # the per-file engine set up the process group: the file is an entry point
+SET_EPOCH_CODE = "DDP011"
+UNTRACED_LOADER = "DDP108"  # "no DataLoader of this file feeds the training": project mode may find it
+# Words of a module that runs several processes itself (or through a framework): never planned.
+_DISTRIBUTED_WORDS = (
+    "init_process_group", "DistributedDataParallel", "DistributedSampler", "FullyShardedDataParallel",
+    "import accelerate", "from accelerate", "lightning", "deepspeed", "horovod", "mp.spawn",
+)
+
+
+@dataclass(frozen=True)
+class ProjectFile:
+    """A Python file as the CLI has it after the per-file engine."""
+
+    path: str  # real path
+    display: str
+    text: str  # as read
+    code: Optional[str]  # the engine's output; None when only checked (--check without --diff)
+    changes: Tuple[Change, ...] = ()
+
+
+@dataclass(frozen=True)
+class Update:
+    """What project mode adds to a file's outcome."""
+
+    code: Optional[str]  # the file's new code (None: check mode, or unchanged)
+    changes: Tuple[Change, ...] = ()
+    diagnostics: Tuple[Diagnostic, ...] = ()
+    dropped: FrozenSet[str] = field(default_factory=frozenset)  # diagnostic codes the plan answers
+
+
+def plan_project(files: Sequence[ProjectFile], options: Optional[Options] = None, rewrite: bool = True) -> Dict[str, Update]:
+    """Updates by real path, for the entry points and the walked modules they train through."""
+    options = options or Options()
+    entries = [f for f in files if any(c.code == SETUP_CODE for c in f.changes)]
+    if not entries:
+        return {}
+    by_path = {f.path: f for f in files}
+    graph = ProjectGraph({f.path: f.text for f in files})
+    entry_paths = {f.path for f in entries}
+    roles: Dict[str, List[ProjectFile]] = {}  # module -> entries reaching it
+    outside: Dict[str, List[Tuple[str, Tuple[str, ...]]]] = {}  # entry -> modules not given, with chains
+    for entry in entries:
+        for module, chain in graph.reachable(entry.path):
+            if module in entry_paths or not _plannable(module, graph.text(module)):
+                continue
+            if graph.walked(module):
+                roles.setdefault(module, []).append(entry)
+            else:
+                outside.setdefault(entry.path, []).append((module, chain))
+    updates: Dict[str, Update] = {}
+    sharded = False
+    for module, reaching in roles.items():
+        role = ModuleRole(tuple(e.display for e in reaching), unwrap_keys=not any(_dataparallel_for_good(e.text) for e in reaching))
+        current = by_path[module]
+        update = _module_update(current, role, options, rewrite)
+        if update is not None:
+            updates[module] = update
+            sharded = sharded or any(c.code == MODULE_SAMPLER.code for c in update.changes)
+    for entry in entries:
+        updates[entry.path] = _entry_update(entry, outside.get(entry.path, ()), graph, options, rewrite, sharded)
+    return updates
+
+
+def _module_update(file: ProjectFile, role: ModuleRole, options: Options, rewrite: bool) -> Optional[Update]:
+    source = file.code if file.code is not None else file.text
+    try:
+        result = migrate_module(source, role, options, rewrite=rewrite and file.code is not None)
+    except (MigrateError, Exception):  # noqa: BLE001 - a module the planner cannot read stays as the engine left it
+        return None
+    if not result.changes and not result.diagnostics:
+        return None
+    return Update(result.code if result.code != source else None, result.changes, result.diagnostics)
+
+
+def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Options, rewrite: bool, sharded: bool) -> Update:
+    """The script's own loops over loaders built elsewhere get set_epoch (DDP031); the modules it
+    trains through that were not given are reported on it (DDP140)."""
+    code: Optional[str] = None
+    changes: Tuple[Change, ...] = ()
+    diagnostics: List[Diagnostic] = []
+    if not any(c.code == SET_EPOCH_CODE for c in entry.changes):
+        source = entry.code if entry.code is not None else entry.text
+        try:
+            result = migrate_module(source, ModuleRole((entry.display,), pieces=(MODULE_SET_EPOCH.code,)), options,
+                                    rewrite=rewrite and entry.code is not None)
+        except Exception:  # noqa: BLE001
+            result = None
+        if result is not None and result.changes:
+            code = result.code if result.code != source else None
+            changes = _in_original(result.changes, entry)
+            diagnostics += result.diagnostics
+    unmet = False
+    for module, chain in outside:
+        text = graph.text(module)
+        if text is None:
+            continue
+        try:
+            needs = migrate_module(text, ModuleRole((entry.display,)), options, rewrite=False)
+        except Exception:  # noqa: BLE001
+            continue
+        for change in needs.changes:
+            unmet = unmet or change.code == MODULE_SAMPLER.code
+            diagnostics.append(_needs(entry, module, chain, change))
+    dropped = frozenset({UNTRACED_LOADER}) if sharded and not unmet else frozenset()
+    return Update(code, changes, tuple(d for d in diagnostics if options.enabled(d.code)), dropped)
+
+
+def _needs(entry: ProjectFile, module: str, chain: Tuple[str, ...], change: Change) -> Diagnostic:
+    """DDP140 on the script: `utils/saver.py:12 (imported through trainer.py) needs ...`."""
+    shown = _relative(module, entry.path)
+    via = " -> ".join(_relative(p, entry.path) for p in chain[1:-1])
+    through = f" (imported through {via})" if via else ""
+    message = (f"{shown}:{change.line} needs {change.code}: {change.message}{through}; it is not among the files "
+               "given, so it was left unchanged: run ddp-migrate on the project's folder, or name it too")
+    return Diagnostic(MODULE_NEEDS_MIGRATION.code, 1, 1, message)
+
+
+def _in_original(changes: Tuple[Change, ...], entry: ProjectFile) -> Tuple[Change, ...]:
+    """Changes found on the engine's output are reported at the script's first line when the
+    lines moved (the engine inserted its setup above them); in check mode they are exact."""
+    if entry.code is None or entry.code == entry.text:
+        return changes
+    return tuple(Change(c.code, _original_line(c.line, entry), c.col, c.message) for c in changes)
+
+
+def _original_line(line: int, entry: ProjectFile) -> int:
+    import difflib
+
+    new = (entry.code or "").splitlines()
+    old = entry.text.splitlines()
+    target = new[line - 1] if 0 < line <= len(new) else None
+    if target is None:
+        return 1
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal" and j1 <= line - 1 < j2:
+            return i1 + (line - 1 - j1) + 1
+    return 1
+
+
+def _relative(path: str, start: str) -> str:
+    try:
+        return os.path.relpath(path, os.path.dirname(start)).replace(os.sep, "/")
+    except ValueError:
+        return path
+
+
+def _plannable(path: str, text: Optional[str]) -> bool:
+    if text is None or FileContext(path=path).is_test_module:
+        return False
+    return not any(word in text for word in _DISTRIBUTED_WORDS)
+
+
+def _dataparallel_for_good(text: str) -> bool:
+    """Does the script wrap a model in DataParallel outside any `if`? Then its checkpoints had
+    `module.`-prefixed keys, as DDP's have: the modules' state_dict calls stay as they are."""
+    if "DataParallel" not in text:
+        return False
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return _unconditional_dataparallel(tree.body)
+
+
+def _unconditional_dataparallel(body: List[ast.stmt]) -> bool:
+    for statement in body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.With, ast.For, ast.While, ast.Try)):
+            nested = list(statement.body) + list(getattr(statement, "finalbody", []))
+            if _unconditional_dataparallel(nested):
+                return True
+            continue
+        if isinstance(statement, ast.If):
+            if "__name__" in ast.dump(statement.test) and _unconditional_dataparallel(statement.body):
+                return True  # the launch block runs whenever the script does
+            continue
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+                if name == "DataParallel":
+                    return True
+    return False

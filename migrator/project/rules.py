@@ -1,0 +1,302 @@
+"""DDP030-DDP033 and DDP140: the rules of project mode (migrator.project).
+
+They run on modules that a migrated training script imports (its trainer class, its loader
+helper, its checkpoint saver), never on a file alone: `ddp-migrate train.py` reports what such a
+module needs (DDP140), `ddp-migrate .` (or naming the module too) changes it.
+"""
+from __future__ import annotations
+
+from migrator.rule import Example, Rule
+
+_LOADERS_BEFORE = '''from torch.utils.data import DataLoader
+
+
+def make_data_loader(args, train_set, val_set):
+    train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True)
+    val_loader = DataLoader(val_set, batch_size=args.batch_size, shuffle=False)
+    return train_loader, val_loader
+'''
+
+MODULE_SAMPLER = Rule(
+    code="DDP030",
+    name="module-distributed-sampler",
+    summary="a shuffled DataLoader built in a module the training script imports gets a DistributedSampler",
+    what="""
+In project mode, a module that a migrated training script imports builds a shuffled DataLoader
+(`DataLoader(ds, shuffle=True)`, or `super().__init__(...)` in a DataLoader subclass). A
+DistributedSampler is created beside it when a process group is set up, and the loader reads it.""",
+    why="""
+Without a sampler every process trains on the whole data set in its own random order: N times
+the work per epoch, and not the data parallelism DDP is for. The module may have other callers
+(an evaluation script) that never set up a process group: for them nothing changes.""",
+    fix="""
+`sampler = DistributedSampler(ds, shuffle=True) if dist.is_initialized() else None` before the
+loader, and `shuffle=sampler is None, sampler=sampler` in it (`shuffle=<flag> and sampler is None`
+when shuffling is a parameter: the sampler is only made when it is true). Loaders read in order
+(evaluation) stay whole.""",
+    fix_safety="""
+Safe: the sampler only exists under a process group. A data set given as an expression (it would
+be built twice), a shuffle computed inline or a positional sampler argument is reported (DDP140).""",
+    fixable=True,
+    examples=(
+        Example(
+            id="loader-helper",
+            before=_LOADERS_BEFORE,
+            after='''from torch.utils.data import DataLoader
+import torch.distributed as dist
+from torch.utils.data.distributed import DistributedSampler
+
+
+def make_data_loader(args, train_set, val_set):
+    train_sampler = DistributedSampler(train_set, shuffle=True) if dist.is_initialized() else None
+    train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=train_sampler is None, sampler=train_sampler)
+    val_loader = DataLoader(val_set, batch_size=args.batch_size, shuffle=False)
+    return train_loader, val_loader
+''',
+        ),
+        Example(
+            id="dataloader-subclass",
+            before='''from torch.utils.data import DataLoader
+
+
+class BaseDataLoader(DataLoader):
+    def __init__(self, dataset, batch_size, shuffle):
+        super().__init__(dataset, batch_size=batch_size, shuffle=shuffle)
+''',
+            after='''from torch.utils.data import DataLoader
+import torch.distributed as dist
+from torch.utils.data.distributed import DistributedSampler
+
+
+class BaseDataLoader(DataLoader):
+    def __init__(self, dataset, batch_size, shuffle):
+        sampler = DistributedSampler(dataset, shuffle=True) if shuffle and dist.is_initialized() else None
+        super().__init__(dataset, batch_size=batch_size, shuffle=shuffle and sampler is None, sampler=sampler)
+''',
+        ),
+        Example(
+            id="loader-with-its-own-sampler",
+            before='''from torch.utils.data import DataLoader, WeightedRandomSampler
+
+
+def train_loader(ds, weights):
+    return DataLoader(ds, batch_size=8, sampler=WeightedRandomSampler(weights, len(ds)))
+''',
+            fires=False,
+        ),
+    ),
+)
+
+MODULE_SET_EPOCH = Rule(
+    code="DDP031",
+    name="module-set-epoch",
+    summary="a training loop over a loader, in a module the training script imports, sets the sampler's epoch",
+    what="""
+In project mode, a loop that trains (calls `backward()` or `step()`) over a loader named like one
+(`self.data_loader`, `train_loader`) gets `loader.sampler.set_epoch(epoch)` before it, with the
+epoch number in reach: the method's `epoch` parameter or the enclosing `for epoch in ...` loop.""",
+    why="""
+DistributedSampler shuffles by its seed plus the epoch; unless `set_epoch` moves the epoch on,
+every epoch visits the shards in the same order.""",
+    fix="""
+`if isinstance(getattr(loader, "sampler", None), DistributedSampler): loader.sampler.set_epoch(epoch)`
+before the loop: it does nothing for a caller whose loader has no DistributedSampler.""",
+    fix_safety="""
+Safe. A loop with no epoch number in reach is reported (DDP140); a function that calls
+`set_epoch` already is left alone.""",
+    fixable=True,
+    examples=(
+        Example(
+            id="trainer-epoch-method",
+            before='''import torch
+
+
+class Trainer:
+    def _train_epoch(self, epoch):
+        self.model.train()
+        for data, target in self.data_loader:
+            self.optimizer.zero_grad()
+            self.criterion(self.model(data), target).backward()
+            self.optimizer.step()
+''',
+            after='''import torch
+from torch.utils.data.distributed import DistributedSampler
+
+
+class Trainer:
+    def _train_epoch(self, epoch):
+        self.model.train()
+        if isinstance(getattr(self.data_loader, "sampler", None), DistributedSampler):  # a new order each epoch
+            self.data_loader.sampler.set_epoch(epoch)
+        for data, target in self.data_loader:
+            self.optimizer.zero_grad()
+            self.criterion(self.model(data), target).backward()
+            self.optimizer.step()
+''',
+        ),
+        Example(
+            id="evaluation-loop",
+            before='''import torch
+
+
+def evaluate(model, val_loader, epoch):
+    with torch.no_grad():
+        for x, y in val_loader:
+            model(x)
+''',
+            fires=False,
+        ),
+    ),
+)
+
+MODULE_RANK_ZERO_SAVE = Rule(
+    code="DDP032",
+    name="module-rank-zero-checkpoint",
+    summary="checkpoints written in a module the training script imports are written by rank 0 only",
+    what="""
+In project mode, a `torch.save` of a checkpoint in a module that a migrated training script
+imports runs on rank 0 only: a function that only writes (`save_checkpoint`, `_save_checkpoint`:
+it returns nothing, trains nothing and loads nothing) returns early on the other ranks, so what
+it does after the save (copying the best model, writing a score file) is rank 0's too; any other
+`torch.save` is put under `if not dist.is_initialized() or dist.get_rank() == 0:`.""",
+    why="""
+Every rank reaching the save writes the same file at the same time: wasted I/O at best, a
+truncated or interleaved checkpoint at worst, and a copy of a file another rank is still writing.""",
+    fix="The rank check, conditional on a process group: a caller without one still saves.",
+    fix_safety="""
+Safe for checkpoints. A `torch.save` that does not look like one (a cache of processed data that
+every rank reads back) is reported (DDP140), not guarded; a save under a rank check already is
+left alone.""",
+    fixable=True,
+    examples=(
+        Example(
+            id="saver-class",
+            before='''import shutil
+
+import torch
+
+
+class Saver:
+    def save_checkpoint(self, state, is_best, filename="checkpoint.pth.tar"):
+        torch.save(state, filename)
+        if is_best:
+            shutil.copyfile(filename, "model_best.pth.tar")
+''',
+            after='''import shutil
+
+import torch
+import torch.distributed as dist
+
+
+class Saver:
+    def save_checkpoint(self, state, is_best, filename="checkpoint.pth.tar"):
+        if dist.is_initialized() and dist.get_rank() != 0:
+            return  # one copy of each checkpoint: rank 0 writes it
+        torch.save(state, filename)
+        if is_best:
+            shutil.copyfile(filename, "model_best.pth.tar")
+''',
+        ),
+        Example(
+            id="already-on-rank-zero",
+            before='''import torch
+
+
+def save_on_master(state, path, rank):
+    if rank == 0:
+        torch.save(state, path)
+''',
+            fires=False,
+        ),
+    ),
+)
+
+MODULE_CHECKPOINT_KEYS = Rule(
+    code="DDP033",
+    name="module-checkpoint-keys",
+    summary="a model saved or loaded in a module the training script imports keeps its original keys",
+    what="""
+In project mode, when the training script's model was not wrapped in DataParallel for good (its
+checkpoints had the bare module's keys), `model.state_dict()` and `model.load_state_dict(...)` on
+a model-named object in an imported module go through `.module` when the model is wrapped in DDP.""",
+    why="""
+DDP's own `state_dict()` prefixes every key with `module.`: checkpoints written after the
+migration would no longer load into the unwrapped model (an evaluation script, a resumed run).""",
+    fix="`(model.module if isinstance(model, DDP) else model).state_dict()`.",
+    fix_safety="Safe: a model that is not wrapped is used as before. A module that spells `.module.` itself is left alone.",
+    fixable=True,
+    examples=(
+        Example(
+            id="trainer-saves-model",
+            before='''import torch
+
+
+class BaseTrainer:
+    def _save_checkpoint(self, epoch):
+        torch.save({"epoch": epoch, "state_dict": self.model.state_dict()}, f"epoch{epoch}.pth")
+''',
+            after='''import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class BaseTrainer:
+    def _save_checkpoint(self, epoch):
+        if dist.is_initialized() and dist.get_rank() != 0:
+            return  # one copy of each checkpoint: rank 0 writes it
+        torch.save({"epoch": epoch, "state_dict": (self.model.module if isinstance(self.model, DDP) else self.model).state_dict()}, f"epoch{epoch}.pth")
+''',
+        ),
+        Example(
+            id="optimizer-state",
+            before='''import torch
+
+
+def save(optimizer, path):
+    torch.save(optimizer.state_dict(), path)
+''',
+            after='''import torch
+import torch.distributed as dist
+
+
+def save(optimizer, path):
+    if dist.is_initialized() and dist.get_rank() != 0:
+        return  # one copy of each checkpoint: rank 0 writes it
+    torch.save(optimizer.state_dict(), path)
+''',
+            fires=False,
+        ),
+    ),
+)
+
+MODULE_NEEDS_MIGRATION = Rule(
+    code="DDP140",
+    name="project-module-needs-migration",
+    summary="a module the training script imports needs a change that project mode could not make",
+    what="""
+A migrated training script imports a module of its project that needs a DDP change: a shuffled
+DataLoader without a DistributedSampler, a training loop with no `set_epoch`, a checkpoint every
+rank writes. Either the module is not among the files ddp-migrate was given (the finding, on the
+script, names the module, the line and the change), or the change could not be made safely
+there (the finding is on the module, with the reason).""",
+    why="A half-migrated project trains silently wrong: the script runs DDP, the loader in the other file does not shard.",
+    fix="""
+Run ddp-migrate on the project's folder (`ddp-migrate --diff .`) or name the module too; make
+the change by hand where the finding says it cannot be made.""",
+    fix_safety="Report only.",
+    fixable=False,
+    examples=(
+        Example(
+            id="dataset-built-inline",
+            before='''from torch.utils.data import DataLoader
+
+
+def make_loader(args):
+    return DataLoader(build_dataset(args), batch_size=8, shuffle=True)
+''',
+            diagnostics=("DDP140",),
+        ),
+    ),
+)
+
+RULES = (MODULE_SAMPLER, MODULE_SET_EPOCH, MODULE_RANK_ZERO_SAVE, MODULE_CHECKPOINT_KEYS, MODULE_NEEDS_MIGRATION)
