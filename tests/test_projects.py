@@ -93,3 +93,179 @@ def test_script_alone_names_the_modules_it_needs(case, tmp_path):
                         if name != case.entry and data != (case.input_dir / name).read_bytes()}
     for module in expected_modules:
         assert any(message.startswith(module + ":") for message in needs), (module, needs)
+
+
+# --------------------------------------------------------------------------- the import graph
+
+
+def test_import_lines_read_every_spelling():
+    text = (
+        "import os, utils.misc as misc\n"
+        "from .saver import Saver\n"
+        "from ..data import (\n    make_loader,  # the loaders\n    Batch as B,\n)\n"
+        "from trainer import *\n"
+        "x = 1  # import nothing\n"
+        "    from base import BaseTrainer  # indented: inside a function\n"
+    )
+    lines = import_lines(text)
+    assert [(l.level, l.module, l.names) for l in lines] == [
+        (0, "os", ()), (0, "utils.misc", ()), (1, "saver", ("Saver",)), (2, "data", ("make_loader", "Batch")),
+        (0, "trainer", ()), (0, "base", ("BaseTrainer",)),
+    ]
+
+
+def _tree(root: Path, files: dict) -> None:
+    (root / ".git").mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_graph_follows_packages_star_reexports_and_relative_imports(tmp_path):
+    _tree(tmp_path, {
+        "train.py": "from trainer import Trainer\nimport data_loader.loaders as module_data\n",
+        "trainer/__init__.py": "from .trainer import *\n",
+        "trainer/trainer.py": "from base import BaseTrainer\n",
+        "base/__init__.py": "from .base_trainer import BaseTrainer\n",
+        "base/base_trainer.py": "import torch\n",
+        "data_loader/__init__.py": "",
+        "data_loader/loaders.py": "from .transforms import *\n",
+        "data_loader/transforms.py": "import torch\n",
+        "unrelated.py": "import torch\n",
+    })
+    texts = {str((tmp_path / n).resolve()): (tmp_path / n).read_text() for n in ("train.py", "trainer/__init__.py")}
+    graph = ProjectGraph(texts)
+    reached = {Path(p).relative_to(tmp_path.resolve()).as_posix(): chain for p, chain in graph.reachable(str((tmp_path / "train.py").resolve()))}
+    assert set(reached) == {"trainer/__init__.py", "trainer/trainer.py", "base/__init__.py", "base/base_trainer.py",
+                            "data_loader/__init__.py", "data_loader/loaders.py", "data_loader/transforms.py"}
+    assert len(reached["base/base_trainer.py"]) == 5  # train -> trainer/__init__ -> trainer.trainer -> base/__init__ -> it
+    assert graph.walked(str((tmp_path / "trainer/__init__.py").resolve()))
+    assert not graph.walked(str((tmp_path / "base/base_trainer.py").resolve()))
+
+
+# --------------------------------------------------------------------------- the planner
+
+_ENTRY = '''import torch
+import torch.nn as nn
+from loaders import make_loader
+from saver import save_checkpoint
+
+
+def main():
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = make_loader()
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        save_checkpoint(model, epoch)
+
+
+if __name__ == "__main__":
+    main()
+'''
+_LOADERS = '''import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def make_loader():
+    dataset = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+    return DataLoader(dataset, batch_size=4, shuffle=True)
+'''
+_SAVER = '''import torch
+
+
+def save_checkpoint(model, epoch):
+    torch.save({"model": model.state_dict(), "epoch": epoch}, f"epoch{epoch}.pt")
+'''
+
+
+def _project(tmp_path: Path, files: dict, given=None):
+    from migrator.api import migrate
+    from migrator.context import FileContext
+
+    _tree(tmp_path, files)
+    project = []
+    for name in given or files:
+        path = tmp_path / name
+        text = path.read_text()
+        result = migrate(text, context=FileContext.for_file(path, name))
+        project.append(ProjectFile(str(path.resolve()), name, text, result.code, result.changes))
+    return project, {Path(p).name: u for p, u in plan_project(project).items()}
+
+
+def test_plan_migrates_the_modules_a_script_trains_through(tmp_path):
+    _, updates = _project(tmp_path, {"train.py": _ENTRY, "loaders.py": _LOADERS, "saver.py": _SAVER})
+    assert {c.code for c in updates["loaders.py"].changes} == {"DDP030"}
+    assert {c.code for c in updates["saver.py"].changes} == {"DDP032", "DDP033"}
+    assert "DDP108" in updates["train.py"].dropped  # the script's "no loader here" is answered by loaders.py
+    assert "sampler=sampler" in updates["loaders.py"].code
+
+
+def test_plan_names_the_modules_that_were_not_given(tmp_path):
+    _, updates = _project(tmp_path, {"train.py": _ENTRY, "loaders.py": _LOADERS, "saver.py": _SAVER}, given=["train.py"])
+    assert set(updates) == {"train.py"}
+    messages = [d.message for d in updates["train.py"].diagnostics if d.code == "DDP140"]
+    assert any(m.startswith("loaders.py:7 needs DDP030") for m in messages), messages
+    assert any(m.startswith("saver.py:5 needs DDP032") for m in messages), messages
+    assert not updates["train.py"].dropped  # the loader is still unsharded: the script's finding stays
+
+
+def test_plan_leaves_distributed_and_test_modules_alone(tmp_path):
+    sharded_elsewhere = _LOADERS.replace("from torch.utils.data import", "from torch.utils.data.distributed import DistributedSampler\nfrom torch.utils.data import")
+    _, updates = _project(tmp_path, {
+        "train.py": _ENTRY.replace("from saver import save_checkpoint", "from tests.helpers import save_checkpoint"),
+        "loaders.py": sharded_elsewhere,
+        "tests/__init__.py": "",
+        "tests/helpers.py": _SAVER,
+    })
+    assert set(updates) == {"train.py"}
+    # The script's own loop over the helper's loader sets the epoch, guarded: harmless, and right for
+    # a loader that has a DistributedSampler.
+    assert [c.code for c in updates["train.py"].changes] == ["DDP031"] and not updates["train.py"].diagnostics
+
+
+def test_plan_needs_a_migrated_script(tmp_path):
+    evaluate = _ENTRY.replace("    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n", "").replace(
+        "            optimizer.zero_grad()\n", "").replace("nn.functional.mse_loss(model(x), y).backward()", "model(x)").replace(
+        "            optimizer.step()\n", "")
+    _, updates = _project(tmp_path, {"evaluate.py": evaluate, "loaders.py": _LOADERS, "saver.py": _SAVER})
+    assert updates == {}
+
+
+def test_plan_keeps_prefixed_keys_for_an_unconditional_dataparallel_script(tmp_path):
+    entry = _ENTRY.replace("    optimizer =", "    model = nn.DataParallel(model)\n    optimizer =")
+    _, updates = _project(tmp_path, {"train.py": entry, "loaders.py": _LOADERS, "saver.py": _SAVER})
+    assert {c.code for c in updates["saver.py"].changes} == {"DDP032"}
+
+
+def test_cli_changes_a_module_named_beside_the_script(tmp_path):
+    _tree(tmp_path, {"train.py": _ENTRY, "loaders.py": _LOADERS, "saver.py": _SAVER})
+    result = _run("--in-place", str(tmp_path / "train.py"), str(tmp_path / "saver.py"))
+    assert result.exit_code == 0, result.output
+    assert "dist.get_rank() != 0" in (tmp_path / "saver.py").read_text()
+    assert (tmp_path / "loaders.py").read_text() == _LOADERS
+    assert "loaders.py:7 needs DDP030" in result.output.replace("\n", " ") or "loaders.py:7" in result.output
+
+
+def test_save_that_goes_on_with_its_file_is_reported_not_guarded():
+    from migrator.project import ModuleRole, migrate_module
+
+    source = '''import shutil
+import torch
+
+
+class Saver:
+    def save(self, state, best):
+        self.count = best
+        path = "last.pt"
+        torch.save(state, path)
+        shutil.copyfile(path, "best.pt")
+'''
+    result = migrate_module(source, ModuleRole(("train.py",)))
+    assert result.code == source
+    assert [d.code for d in result.diagnostics] == ["DDP140"]
+    assert "goes on to use `path`" in result.diagnostics[0].message

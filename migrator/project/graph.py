@@ -49,10 +49,8 @@ def import_lines(text: str) -> List[ImportLine]:
         module = base[level:] or None
         if module is not None and not _dotted(module):
             continue
-        names = tuple(
-            words[0] for words in (part.split() for part in match.group("names").strip("() \t\\").split(","))
-            if words and words[0].isidentifier()
-        )
+        listed = re.sub(r"#[^\n]*", "", match.group("names")).strip("() \t\\\n")
+        names = tuple(words[0] for words in (part.split() for part in listed.split(",")) if words and words[0].isidentifier())
         found.append(ImportLine(level, module, names))
     return found
 

@@ -17,7 +17,7 @@ that never set one up, and they keep running as before.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
@@ -224,6 +224,12 @@ class _Finder:
                                "if it writes a checkpoint, write it on rank 0 only (if it caches data, every rank may need it)")
             return
         dist = self.names.dist
+        reused = _path_used_after(call, statement, function)
+        if reused is not None and not _save_function(function):
+            self._report(call, f"a checkpoint every rank writes, and `{function.name.value}()` goes on to use `{reused}` "
+                               "after saving it: a rank check around the save alone would leave the other ranks reading "
+                               "a file rank 0 may not have written yet; guard the save and what follows it by hand")
+            return
         if _save_function(function):
             if function not in self.guarded_functions:
                 self.guarded_functions.add(function)
@@ -376,10 +382,27 @@ def _trains(loop: cst.For) -> bool:
 
 
 def _looks_like_checkpoint(call: cst.Call, function: cst.FunctionDef) -> bool:
-    if any(word in function.name.value.lower() for word in _SAVE_FUNCTION_WORDS):
+    """A model's or trainer's state, not a cache of data every rank may read back."""
+    name = function.name.value.lower()
+    if any(word in name for word in ("checkpoint", "ckpt", "model", "weights", "snapshot")):
         return True
     saved = _code(call.args[0].value).lower()
     return any(word in saved for word in _CHECKPOINT_WORDS)
+
+
+def _path_used_after(call: cst.Call, statement: cst.SimpleStatementLine, function: cst.FunctionDef) -> Optional[str]:
+    """The saved file's variable, when the function uses it again after the save (to copy it)."""
+    if len(call.args) < 2 or not isinstance(call.args[1].value, cst.Name):
+        return None
+    path = call.args[1].value.value
+    seen = False
+    for node in _walk_in_order(function.body):
+        if node is statement:
+            seen = True
+            continue
+        if seen and isinstance(node, cst.Name) and node.value == path and not _inside(node, statement):
+            return path
+    return None
 
 
 def _save_function(function: cst.FunctionDef) -> bool:
@@ -388,6 +411,12 @@ def _save_function(function: cst.FunctionDef) -> bool:
         return False
     for node in _walk(function.body):
         if isinstance(node, cst.Return) and node.value is not None:
+            return False
+        if isinstance(node, (cst.Global, cst.Nonlocal)):
+            return False
+        if isinstance(node, (cst.AugAssign, cst.AnnAssign)) and not isinstance(node.target, cst.Name):
+            return False  # state the other ranks keep too (`self.best = ...`): they must not skip it
+        if isinstance(node, cst.Assign) and any(not isinstance(t.target, (cst.Name, cst.Tuple)) for t in node.targets):
             return False
         if isinstance(node, (cst.Yield, cst.FunctionDef)):
             return False
@@ -440,6 +469,16 @@ def _is_false(node: cst.BaseExpression) -> bool:
 
 def _code(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node)
+
+
+def _walk_in_order(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    yield node
+    for child in node.children:
+        yield from _walk_in_order(child)
+
+
+def _inside(node: cst.CSTNode, container: cst.CSTNode) -> bool:
+    return any(n is node for n in _walk(container))
 
 
 def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
