@@ -65,6 +65,7 @@ def _migrate(source: str, options: Options, rewrite: bool = True, context: Optio
     for _, reporter in REPORTERS:
         reporter(facts, plan)  # what it reports is filtered by code below, like every diagnostic
     diagnostics = tuple(d for d in plan.diagnostics if options.enabled(d.code) and (scope is None or d.code in scope))
+    diagnostics += _library_hint(source, facts, diagnostics, options)
     trains = (facts.trains or facts.already_distributed) and not (context is not None and context.is_test_module)
     launch_args = facts.required_arguments if trains else None
     plan.changes += [Change(ASYNC_KEYWORD.code, line, col + 1, "async= renamed non_blocking= (PyTorch 0.4)") for line, col in renamed]
@@ -84,6 +85,17 @@ def _migrate(source: str, options: Options, rewrite: bool = True, context: Optio
         code = launch_comments.apply(code, launch_comments.rewrites(code))
     check_parses(code)
     return Result(code=code, changes=changes, diagnostics=diagnostics, original=source, launch_args=launch_args)
+
+
+def _library_hint(source: str, facts, diagnostics, options: Options) -> tuple:
+    """A training module with no entry point of its own is declined; DDP140 says how project mode
+    migrates it with its caller, and what it would change (migrator.project.hints)."""
+    if facts.entry is not None or facts.already_distributed:
+        return ()
+    from migrator.project.hints import LIBRARY_DECLINES, library_hint
+
+    hint = library_hint(source, [d for d in diagnostics if d.code in LIBRARY_DECLINES], options)
+    return (hint,) if hint is not None else ()
 
 
 def _documented_launches(source: str, options: Options, scope) -> list:

@@ -569,7 +569,8 @@ def with_project(outcomes: Sequence[Migrated], mode: WriteBack, options: Options
     from migrator.project.plan import ProjectFile, plan_project
 
     project = [
-        ProjectFile(real, done.outcome.path, done.source.text, done.code if mode.needs_code else None, done.outcome.changes)
+        ProjectFile(real, done.outcome.path, done.source.text, done.code if mode.needs_code else None,
+                    done.outcome.changes, done.outcome.diagnostics)
         for done, real in python
     ]
     updates = plan_project(project, options, rewrite=mode.needs_code)

@@ -17,7 +17,6 @@ import fixture_cases
 from migrator.cli import cli
 from migrator.project.graph import ProjectGraph, import_lines
 from migrator.project.plan import ProjectFile, plan_project
-from migrator.types import Change
 
 CASES = fixture_cases.discover_projects()
 IDS = [case.name for case in CASES]
@@ -193,7 +192,7 @@ def _project(tmp_path: Path, files: dict, given=None):
         path = tmp_path / name
         text = path.read_text()
         result = migrate(text, context=FileContext.for_file(path, name))
-        project.append(ProjectFile(str(path.resolve()), name, text, result.code, result.changes))
+        project.append(ProjectFile(str(path.resolve()), name, text, result.code, result.changes, result.diagnostics))
     return project, {Path(p).name: u for p, u in plan_project(project).items()}
 
 

@@ -27,6 +27,7 @@ from migrator.context import FileContext
 from migrator.errors import MigrateError
 from migrator.options import Options
 from migrator.project.graph import ProjectGraph
+from migrator.project.hints import LIBRARY_DECLINES
 from migrator.project.rewrite import ModuleRole, migrate_module
 from migrator.project.rules import MODULE_NEEDS_MIGRATION, MODULE_SAMPLER, MODULE_SET_EPOCH
 from migrator.types import Change, Diagnostic
@@ -34,6 +35,7 @@ from migrator.types import Change, Diagnostic
 SETUP_CODE = "DDP001"  # the per-file engine set up the process group: the file is an entry point
 SET_EPOCH_CODE = "DDP011"
 UNTRACED_LOADER = "DDP108"  # "no DataLoader of this file feeds the training": project mode may find it
+_ANSWERED = LIBRARY_DECLINES | {MODULE_NEEDS_MIGRATION.code}  # a planned module's per-file declines and hint
 # Words of a module that runs several processes itself (or through a framework): never planned.
 _DISTRIBUTED_WORDS = (
     "init_process_group", "DistributedDataParallel", "DistributedSampler", "FullyShardedDataParallel",
@@ -50,6 +52,7 @@ class ProjectFile:
     text: str  # as read
     code: Optional[str]  # the engine's output; None when only checked (--check without --diff)
     changes: Tuple[Change, ...] = ()
+    diagnostics: Tuple[Diagnostic, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,7 @@ def plan_project(files: Sequence[ProjectFile], options: Optional[Options] = None
         role = ModuleRole(tuple(e.display for e in reaching), unwrap_keys=not any(_dataparallel_for_good(e.text) for e in reaching))
         current = by_path[module]
         update = _module_update(current, role, options, rewrite)
-        if update is not None:
+        if update is not None and (update.changes or update.diagnostics or _ANSWERED & _codes(current)):
             updates[module] = update
             sharded = sharded or any(c.code == MODULE_SAMPLER.code for c in update.changes)
     for entry in entries:
@@ -101,9 +104,8 @@ def _module_update(file: ProjectFile, role: ModuleRole, options: Options, rewrit
         result = migrate_module(source, role, options, rewrite=rewrite and file.code is not None)
     except (MigrateError, Exception):  # noqa: BLE001 - a module the planner cannot read stays as the engine left it
         return None
-    if not result.changes and not result.diagnostics:
-        return None
-    return Update(result.code if result.code != source else None, result.changes, result.diagnostics)
+    # The engine's "no entry point here" for this module is answered: its caller is migrated with it.
+    return Update(result.code if result.code != source else None, result.changes, result.diagnostics, _ANSWERED)
 
 
 def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Options, rewrite: bool, sharded: bool) -> Update:
@@ -137,6 +139,10 @@ def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Opt
             diagnostics.append(_needs(entry, module, chain, change))
     dropped = frozenset({UNTRACED_LOADER}) if sharded and not unmet else frozenset()
     return Update(code, changes, tuple(d for d in diagnostics if options.enabled(d.code)), dropped)
+
+
+def _codes(file: ProjectFile) -> FrozenSet[str]:
+    return frozenset(d.code for d in file.diagnostics)
 
 
 def _needs(entry: ProjectFile, module: str, chain: Tuple[str, ...], change: Change) -> Diagnostic:

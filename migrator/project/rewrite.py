@@ -99,6 +99,10 @@ class _Finder:
         if self._on(MODULE_SET_EPOCH.code):
             for loop in loops:
                 self._set_epoch(loop)
+        for call in calls if MODULE_SAMPLER.code in role.pieces else ():  # not in the migrated script itself
+            if (dotted_name(call.func) or "").split(".")[-1] == "DataParallel":
+                self._report(call, "DataParallel in a module a training script imports: the script wraps its model "
+                                   "in DDP, and a DataParallel around that breaks it; wrap here in DDP by hand, or drop it")
         if self._on(MODULE_RANK_ZERO_SAVE.code):
             for call in calls:
                 self._save(call)
@@ -114,7 +118,12 @@ class _Finder:
     def _sampler(self, call: cst.Call) -> None:
         if not (self._is_dataloader(call) or self._is_dataloader_super_init(call)):
             return
-        if any(arg.keyword is not None and arg.keyword.value in _SAMPLER_KEYWORDS for arg in call.args):
+        own = next((arg for arg in call.args if arg.keyword is not None and arg.keyword.value in _SAMPLER_KEYWORDS), None)
+        if own is not None:
+            if "distributed" not in _code(own.value).lower() and _shuffles_or_samples(own.value):
+                self._report(call, f"a DataLoader with its own {own.keyword.value} (`{_short(own.value)}`) in a module a "
+                                   "training script imports: under DDP every rank would draw from the whole data set; "
+                                   "shard it by hand (a DistributedSampler, or the sampler over this rank's indices)")
             return
         positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
         shuffle = next((arg for arg in call.args if arg.keyword is not None and arg.keyword.value == "shuffle"), None)
@@ -366,6 +375,17 @@ def _with_sampler(shuffle: cst.Arg, new_shuffle: str, name: str):
         return updated.with_changes(args=args)
 
     return replace
+
+
+def _shuffles_or_samples(node: cst.BaseExpression) -> bool:
+    """A random or weighted sampler, not a sequential one (evaluation order) or a None."""
+    text = _code(node)
+    return not _is_false(node) and "Sequential" not in text
+
+
+def _short(node: cst.CSTNode, limit: int = 60) -> str:
+    text = " ".join(_code(node).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _iterated_loader(node: cst.BaseExpression) -> Optional[str]:

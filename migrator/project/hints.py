@@ -1,0 +1,47 @@
+"""What a module without an entry point needs, said where the per-file engine declines it.
+
+`train(config, model, train_iter)` in train_eval.py, a Trainer class in trainer.py: the model
+comes from a caller in another module, so the per-file engine cannot migrate the file (DDP101,
+DDP104, DDP114). Project mode can, with the script that calls it; this finding (DDP140) says so
+and lists what project mode would change in the module itself, so a run on the file alone is
+never a silent decline.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from migrator.options import Options
+from migrator.project.rewrite import ModuleRole, migrate_module
+from migrator.project.rules import MODULE_NEEDS_MIGRATION
+from migrator.types import Diagnostic
+
+# The declines of a module whose model comes from a caller elsewhere.
+LIBRARY_DECLINES = frozenset({"DDP101", "DDP104", "DDP114"})
+_MAX_LISTED = 6
+
+
+def library_hint(source: str, declines: Sequence[Diagnostic], options: Options) -> Optional[Diagnostic]:
+    """DDP140 at the first decline: run project mode; what it would change here."""
+    if not options.enabled(MODULE_NEEDS_MIGRATION.code, MODULE_NEEDS_MIGRATION.name) or not declines:
+        return None
+    try:
+        needs = migrate_module(source, ModuleRole(("the script that calls it",)), options, rewrite=False)
+    except Exception:  # noqa: BLE001 - a hint is never worth a failure
+        return None
+    changes = _listed([f"line {c.line} {c.code}: {c.message}" for c in needs.changes])
+    by_hand = _listed([f"line {d.line}: {d.message}" for d in needs.diagnostics])
+    parts = [f"here it would change: {changes}" if changes else "nothing in this module itself needs a rewrite"]
+    if by_hand:
+        parts.append(f"by hand: {by_hand}")
+    first = min(declines, key=lambda d: (d.line, d.col))
+    message = (
+        "the model this module trains comes from a caller in another module, so the file alone cannot be migrated: "
+        "run ddp-migrate on the project's folder (or name the calling script too), and project mode migrates this "
+        "module together with the script that builds the model; " + "; ".join(parts)
+    )
+    return Diagnostic(MODULE_NEEDS_MIGRATION.code, first.line, first.col, message)
+
+
+def _listed(items: Sequence[str]) -> str:
+    shown = "; ".join(items[:_MAX_LISTED])
+    return shown + (f"; and {len(items) - _MAX_LISTED} more" if len(items) > _MAX_LISTED else "")
