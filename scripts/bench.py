@@ -2,6 +2,7 @@
 
     python scripts/bench.py [--lines 1000] [--repeat 5] [--file path/to/script.py]
     python scripts/bench.py --corpus [DIR] [--files 500] [--total-lines 74000] [--cpus 2] [--repeat 5]
+    python scripts/bench.py --corpus --project --files 300 --total-lines 130000   # issue 14's repository
 
 Default mode, one realistic 1,000-line training script, next to `python -c pass` for scale:
   - the engine alone (`migrate()` in-process: parse, metadata, rules, re-parse check);
@@ -18,6 +19,11 @@ ruff is installed, `ruff check --no-cache --select E9 CORPUS` for scale:
   (c) `ddp-migrate --check CORPUS` (the directory walk), wall;
   (b) and (c) again with `--check --diff`, the ddp-migrate-check pre-commit hook's command: it
       also generates the migrated code and renders the diffs, which plain --check skips;
+  (e) with --project: the corpus also holds the multi-file projects of fixtures/projects/ (a
+      training script whose trainer, loaders and saver live in packages), so project mode plans
+      them: `--check CORPUS` (issue 14's target: < 2 s for 300 files / 130,000 lines);
+  (f) with --project: `--check` of the same corpus once migrated (`--in-place` on a copy), the
+      repository with nothing to migrate (target < 1.5 s);
   (d) peak memory: the largest resident set of any one process of all runs (os.wait4's ru_maxrss),
       and, on Linux, the peak of the process tree's summed PSS (ddp-migrate and its --jobs
       workers; shared pages counted once), sampled every 20 ms in one extra run of each.
@@ -372,6 +378,12 @@ def generate_corpus(root: Path, files: int, total_lines: int, relevant_share: fl
     return sample or written[-1][0], big
 
 
+def n_projects(root: Path) -> str:
+    apps = root / "apps"
+    count = sum(1 for p in apps.iterdir() if p.is_dir()) if apps.is_dir() else 0
+    return f"{count} projects"
+
+
 def corpus_stats(root: Path) -> Tuple[int, int, int]:
     """(Python files, lines, files mentioning torch) under `root`."""
     count = lines = relevant = 0
@@ -565,6 +577,15 @@ def bench_corpus(args) -> None:
             origin = "generated, kept" if args.corpus else "generated"
         if args.file:
             relevant = args.file
+        migrated_copy = None
+        if args.project:
+            for project in sorted((ROOT / "fixtures" / "projects").iterdir()):
+                if (project / "input").is_dir():
+                    shutil.copytree(project / "input", corpus / "apps" / project.name, dirs_exist_ok=True)
+            migrated_copy = tmp_path / "migrated"
+            shutil.copytree(corpus, migrated_copy)
+            subprocess.run(tool_argv(["--in-place", "--quiet", str(migrated_copy)]), check=False,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         n_files, n_lines, n_torch = corpus_stats(corpus)
         tool = tool_argv([])
         print(f"corpus: {corpus} ({origin}): {n_files} Python files, {n_lines} lines, {n_torch} mention torch")
@@ -583,6 +604,7 @@ def bench_corpus(args) -> None:
         c = time_command(c_argv, args.repeat, cpus, ok=(0, 1))
         b_diff = time_command(b_diff_argv, args.repeat, cpus, ok=(0, 1))
         c_diff = time_command(c_diff_argv, args.repeat, cpus, ok=(0, 1))
+        f = time_command(tool + check + [str(migrated_copy)], args.repeat, cpus, ok=(0, 1)) if migrated_copy else None
         runs = (a_argv, b_argv, c_argv, b_diff_argv, c_diff_argv)
         trees = [tree_memory(argv, cpus, ok=(0, 1)) for argv in runs]
 
@@ -603,6 +625,9 @@ def bench_corpus(args) -> None:
             ("(c) --check --diff CORPUS (pre-commit hook)", c_diff, "< 1.5 s on 2 cores", 1.5),
         ):
             _row(label, times, rss, target, _verdict(times[1], limit))
+        if f is not None:
+            _row(f"(e) --check CORPUS, {n_projects(corpus)} planned", c[0], c[1], "< 2 s on 2 cores", _verdict(c[0][1], 2.0))
+            _row("(f) --check the migrated CORPUS (nothing to migrate)", f[0], f[1], "< 1.5 s on 2 cores", _verdict(f[0][1], 1.5))
         peaks = [rss for _, rss in (a, b, c, b_diff, c_diff) if rss is not None]
         peak = max(peaks) if peaks else None
         label = "(d) peak RSS of one process, largest of all runs"
@@ -638,6 +663,8 @@ def main() -> None:
         help="share of training scripts and torch utilities (default 0.05)",
     )
     corpus.add_argument("--seed", type=int, default=0, help="seed of the generator (default 0)")
+    corpus.add_argument("--project", action="store_true",
+                        help="add fixtures/projects/ to the corpus and measure project mode: (e) and (f)")
     corpus.add_argument(
         "--cpus", type=int, default=2, help="limit the commands to this many CPUs (default 2; 0: no limit)"
     )

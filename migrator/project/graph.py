@@ -32,17 +32,21 @@ class ImportLine:
     level: int  # leading dots of a relative import
     module: Optional[str]  # `a.b` in `from a.b import c` / `import a.b`
     names: Tuple[str, ...]  # `c` in `from a.b import c` (empty for `import a.b`)
+    line: int = 0  # 1-based
 
 
 def import_lines(text: str) -> List[ImportLine]:
     """Every `import` / `from ... import` line of `text`, read as written."""
     found = []
+    line, counted = 1, 0
     for match in _IMPORT.finditer(text):
+        line += text.count("\n", counted, match.start())
+        counted = match.start()
         if match.group("modules") is not None:
             for part in match.group("modules").split(","):
                 words = part.split()
                 if words and _dotted(words[0]):
-                    found.append(ImportLine(0, words[0], ()))
+                    found.append(ImportLine(0, words[0], (), line))
             continue
         base = match.group("base")
         level = len(base) - len(base.lstrip("."))
@@ -51,7 +55,7 @@ def import_lines(text: str) -> List[ImportLine]:
             continue
         listed = re.sub(r"#[^\n]*", "", match.group("names")).strip("() \t\\\n")
         names = tuple(words[0] for words in (part.split() for part in listed.split(",")) if words and words[0].isidentifier())
-        found.append(ImportLine(level, module, names))
+        found.append(ImportLine(level, module, names, line))
     return found
 
 
@@ -71,6 +75,7 @@ class ProjectGraph:
 
     texts: Mapping[str, str]
     _edges: Dict[str, Tuple[str, ...]] = field(default_factory=dict, repr=False)
+    _lines: Dict[Tuple[str, str], int] = field(default_factory=dict, repr=False)  # (importer, module) -> line
     _exists: Dict[str, bool] = field(default_factory=dict, repr=False)
 
     def walked(self, path: str) -> bool:
@@ -89,8 +94,15 @@ class ProjectGraph:
         """The project modules `path` imports (real paths), in the order of its import lines."""
         if path not in self._edges:
             text = self.text(path)
-            self._edges[path] = tuple(self._resolve_all(path, import_lines(text))) if text else ()
+            found = list(self._resolve_all(path, import_lines(text))) if text else []
+            self._edges[path] = tuple(module for module, _ in found)
+            self._lines.update(((path, module), line) for module, line in found)
         return self._edges[path]
+
+    def import_line(self, importer: str, module: str) -> int:
+        """The line of `importer` that imports `module` (1 when not known)."""
+        self.imports(importer)
+        return self._lines.get((importer, module), 1)
 
     def reachable(self, entry: str) -> Iterator[Tuple[str, Tuple[str, ...]]]:
         """Project modules imported by `entry`, directly or through others, breadth first, each
@@ -107,7 +119,7 @@ class ProjectGraph:
                         following.append((module, chain + (module,)))
             frontier = following
 
-    def _resolve_all(self, path: str, lines: Iterable[ImportLine]) -> Iterator[str]:
+    def _resolve_all(self, path: str, lines: Iterable[ImportLine]) -> Iterator[Tuple[str, int]]:
         here = Path(path)
         roots = ProjectModules.for_script(here).roots
         package = package_of(here)
@@ -123,7 +135,7 @@ class ProjectGraph:
                 found = self._find(roots, dotted)
                 if found is not None and found != path and found not in seen:
                     seen.add(found)
-                    yield found
+                    yield found, line.line
 
     def _find(self, roots: Tuple[str, ...], dotted: str) -> Optional[str]:
         parts = dotted.split(".")

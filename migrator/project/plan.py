@@ -136,7 +136,7 @@ def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Opt
             continue
         for change in needs.changes:
             unmet = unmet or change.code == MODULE_SAMPLER.code
-            diagnostics.append(_needs(entry, module, chain, change))
+            diagnostics.append(_needs(entry, module, chain, change, graph.import_line(entry.path, chain[1])))
     dropped = frozenset({UNTRACED_LOADER}) if sharded and not unmet else frozenset()
     return Update(code, changes, tuple(d for d in diagnostics if options.enabled(d.code)), dropped)
 
@@ -145,14 +145,14 @@ def _codes(file: ProjectFile) -> FrozenSet[str]:
     return frozenset(d.code for d in file.diagnostics)
 
 
-def _needs(entry: ProjectFile, module: str, chain: Tuple[str, ...], change: Change) -> Diagnostic:
+def _needs(entry: ProjectFile, module: str, chain: Tuple[str, ...], change: Change, line: int) -> Diagnostic:
     """DDP140 on the script: `utils/saver.py:12 (imported through trainer.py) needs ...`."""
     shown = _relative(module, entry.path)
     via = " -> ".join(_relative(p, entry.path) for p in chain[1:-1])
     through = f" (imported through {via})" if via else ""
     message = (f"{shown}:{change.line} needs {change.code}: {change.message}{through}; it is not among the files "
                "given, so it was left unchanged: run ddp-migrate on the project's folder, or name it too")
-    return Diagnostic(MODULE_NEEDS_MIGRATION.code, 1, 1, message)
+    return Diagnostic(MODULE_NEEDS_MIGRATION.code, line, 1, message)  # at the import that leads to it
 
 
 def _in_original(changes: Tuple[Change, ...], entry: ProjectFile) -> Tuple[Change, ...]:
