@@ -90,8 +90,8 @@ def _migrate(source: str, options: Options, rewrite: bool = True, context: Optio
 def _library_hint(source: str, facts, diagnostics, options: Options) -> tuple:
     """A training module with no entry point of its own is declined; DDP140 says how project mode
     migrates it with its caller, and what it would change (migrator.project.hints)."""
-    if facts.entry is not None or facts.already_distributed:
-        return ()
+    if facts.entry is not None or facts.has_main_guard or facts.already_distributed:
+        return ()  # a script (a main guard) builds its own model: its decline says what to do
     from migrator.project.hints import LIBRARY_DECLINES, library_hint
 
     hint = library_hint(source, [d for d in diagnostics if d.code in LIBRARY_DECLINES], options)

@@ -73,9 +73,30 @@ class _Collector(NameIndex):
         statement = self._statement_of_call.get(call)
         if statement is None or not call.args or N.is_optimizer_helper(call.func):
             return False
-        if not any(N.attribute_name(c.func) in ("parameters", "named_parameters") for c in descendants(call.args[0].value, cst.Call)):
+        if not any("optim" in code_of(target).lower() for target in statement):
             return False
-        return any("optim" in code_of(target).lower() for target in statement)
+        # pytorch-template: `trainable = filter(lambda p: p.requires_grad, model.parameters())`, then
+        # `optimizer = config.init_obj('optimizer', torch.optim, trainable)`.
+        return any(_holds_parameters(self.parameters_value(arg.value)) for arg in call.args)
+
+    def assigned_value(self, value: cst.BaseExpression) -> cst.BaseExpression:
+        """`train_params` -> the value it was first assigned (a parameter-group list); anything
+        else, or a name assigned more than once, as it is."""
+        if isinstance(value, cst.Name):
+            found = [s.body[0] for target, s in self.assignments if target == value.value]
+            if len(found) == 1 and isinstance(found[0], cst.Assign):
+                return found[0].value
+        return value
+
+    def parameters_value(self, value: cst.BaseExpression) -> cst.BaseExpression:
+        """`trainable` -> what it was assigned (`filter(..., model.parameters())`), for a name that
+        holds a model's parameters; anything else as it is."""
+        if isinstance(value, cst.Name):
+            for target, statement in self.assignments:
+                small = statement.body[0]
+                if target == value.value and isinstance(small, cst.Assign) and _holds_parameters(small.value):
+                    return small.value
+        return value
 
     def visit_For(self, node: cst.For) -> None:
         super().visit_For(node)
@@ -169,3 +190,7 @@ def analyze(module: cst.Module, context: Optional[FileContext] = None) -> Script
     collector.run(module)
     collector.resolve_calls()
     return _Analysis(module, collector, context).facts()
+
+
+def _holds_parameters(value: cst.CSTNode) -> bool:
+    return any(N.attribute_name(c.func) in ("parameters", "named_parameters") for c in descendants(value, cst.Call))

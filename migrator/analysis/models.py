@@ -525,13 +525,20 @@ def group_parameter_owners(self, optimizer_call: cst.Call) -> List[str]:
     owners: List[str] = []
     if not optimizer_call.args:
         return owners
-    for group in descendants(optimizer_call.args[0].value, cst.Dict):
+    # `train_params = [{"params": model.get_1x_lr_params(), ...}]; SGD(train_params)` (deeplab)
+    for group in descendants(self.c.assigned_value(optimizer_call.args[0].value), cst.Dict):
         for element in group.elements:
             key = getattr(element, "key", None)
             if not isinstance(key, cst.SimpleString) or key.evaluated_value != "params":
                 continue
             value = element.value
-            if isinstance(value, cst.Attribute) and isinstance(value.value, (cst.Name, cst.Attribute)):
+            method = attribute_name(value.func) if isinstance(value, cst.Call) else None
+            if method is not None and method.endswith(("params", "parameters")) and isinstance(value.func, cst.Attribute):
+                # `model.get_10x_lr_params()`: a method of the model that yields its parameters
+                owner = code_of(value.func.value)
+                if owner not in owners and owner != "self":
+                    owners.append(owner)
+            elif isinstance(value, cst.Attribute) and isinstance(value.value, (cst.Name, cst.Attribute)):
                 owner = code_of(value.value)
                 if owner not in owners and self.used_as_module(owner):
                     owners.append(owner)
@@ -543,7 +550,7 @@ def models_passed(self, helper: cst.Call) -> List[str]:
     found = []
     for arg in helper.args:
         expr = code_of(arg.value)
-        owners = _parameter_owners_in(arg.value)
+        owners = _parameter_owners_in(self.c.parameters_value(arg.value))
         if owners:
             found += [o for o in owners if o not in found]
         elif isinstance(arg.value, (cst.Name, cst.Attribute)) and self.used_as_module(expr) and expr not in found:

@@ -91,8 +91,11 @@ class _Finder:
         self.plan = edits.Plan()
         self.names = _Names.of(self.module)
         self.guarded_functions: Set[cst.FunctionDef] = set()
-        calls = [n for n in self.parents if isinstance(n, cst.Call)]
-        loops = [n for n in self.parents if isinstance(n, cst.For)]
+        # Code under the module's own `if __name__ == "__main__":` runs only when it is run as a
+        # script (a demo, a self-test), never for the training script that imports it.
+        demo = {n for guard in _main_guards(self.module) for n in _walk(guard)}
+        calls = [n for n in self.parents if isinstance(n, cst.Call) and n not in demo]
+        loops = [n for n in self.parents if isinstance(n, cst.For) and n not in demo]
         if self._on(MODULE_SAMPLER.code):
             for call in calls:
                 self._sampler(call)
@@ -189,10 +192,10 @@ class _Finder:
 
     # ----------------------------------------------------------------- DDP031
     def _set_epoch(self, loop: cst.For) -> None:
-        loader = _iterated_loader(loop.iter)
+        function = self._enclosing(loop, cst.FunctionDef)
+        loader = _iterated_loader(loop.iter, _wrappers(function or self.module))
         if loader is None or not _trains(loop):
             return
-        function = self._enclosing(loop, cst.FunctionDef)
         scope = function or self.module
         if any(isinstance(n, cst.Attribute) and n.attr.value == "set_epoch" for n in _walk(scope)):
             return  # the epoch is set already (maybe by the per-file engine, for its own loaders)
@@ -270,7 +273,7 @@ class _Finder:
         if not (isinstance(func, cst.Attribute) and func.attr.value in ("state_dict", "load_state_dict")):
             return
         receiver = dotted_name(func.value)
-        if receiver is None or not _model_like(receiver):
+        if receiver is None or not _model_like(receiver) or not self._handed_over(call, receiver):
             return
         bare = f"({receiver}.module if isinstance({receiver}, {self.names.ddp}) else {receiver})"
         self.plan.replace(call, lambda updated: updated.with_changes(
@@ -278,6 +281,16 @@ class _Finder:
         self.names.need(self.plan, ddp=True)
         self._change(MODULE_CHECKPOINT_KEYS.code, call,
                      f"`{receiver}.{func.attr.value}()` through `.module` when it is wrapped in DDP (the original keys)")
+
+    def _handed_over(self, call: cst.Call, receiver: str) -> bool:
+        """`self.model` or a parameter of the function: a model that may come from the training
+        script (wrapped in DDP). A model the function builds itself (`model = ResNet(); model.load_state_dict(...)`)
+        never is."""
+        root = receiver.split(".")[0]
+        if root == "self":
+            return True
+        function = self._enclosing(call, cst.FunctionDef)
+        return function is not None and root in {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
 
     # ----------------------------------------------------------------- helpers
     def _statement(self, node: cst.CSTNode) -> Optional[cst.SimpleStatementLine]:
@@ -377,6 +390,13 @@ def _with_sampler(shuffle: cst.Arg, new_shuffle: str, name: str):
     return replace
 
 
+def _main_guards(module: cst.Module) -> List[cst.If]:
+    return [
+        statement for statement in module.body
+        if isinstance(statement, cst.If) and "__name__" in _code(statement.test) and "__main__" in _code(statement.test)
+    ]
+
+
 def _shuffles_or_samples(node: cst.BaseExpression) -> bool:
     """A random or weighted sampler, not a sequential one (evaluation order) or a None."""
     text = _code(node)
@@ -388,13 +408,31 @@ def _short(node: cst.CSTNode, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _iterated_loader(node: cst.BaseExpression) -> Optional[str]:
-    """`loader`, `enumerate(self.train_loader)`, `tqdm(enumerate(loader), ...)` -> the loader's name,
-    when it is named like one."""
-    while isinstance(node, cst.Call) and dotted_name(node.func) in ("enumerate", "tqdm", "tqdm.tqdm", "iter") and node.args:
-        node = node.args[0].value
+_ITERATION_WRAPPERS = ("enumerate", "tqdm", "tqdm.tqdm", "iter", "trange")
+
+
+def _iterated_loader(node: cst.BaseExpression, wrapped: Dict[str, cst.BaseExpression]) -> Optional[str]:
+    """`loader`, `enumerate(self.train_loader)`, `tqdm(enumerate(loader), ...)`, or `tbar` after
+    `tbar = tqdm(self.train_loader)` -> the loader's name, when it is named like one."""
+    for _ in range(4):
+        while isinstance(node, cst.Call) and dotted_name(node.func) in _ITERATION_WRAPPERS and node.args:
+            node = node.args[0].value
+        if isinstance(node, cst.Name) and node.value in wrapped:
+            node = wrapped[node.value]
+        else:
+            break
     name = dotted_name(node)
     return name if name is not None and "loader" in name.split(".")[-1].lower() else None
+
+
+def _wrappers(scope: cst.CSTNode) -> Dict[str, cst.BaseExpression]:
+    """`tbar = tqdm(self.train_loader, ...)` in the function: name -> the wrapping call."""
+    found: Dict[str, cst.BaseExpression] = {}
+    for node in _walk(scope):
+        if (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
+                and isinstance(node.value, cst.Call) and dotted_name(node.value.func) in _ITERATION_WRAPPERS):
+            found[node.targets[0].target.value] = node.value
+    return found
 
 
 def _trains(loop: cst.For) -> bool:

@@ -223,6 +223,7 @@ def _replace_dataparallel(facts: ScriptFacts, plan: Plan, model: ModelFact, site
         # The model is still moved or loaded after the DataParallel line: wrap after that instead.
         plan.replace(holder, lambda _: cst.RemoveFromParent())
         plan.insert_after(model.wrap_after, new)
+    _drop_replication_patch(facts, plan, site)
     what = "conditional DataParallel" if site.conditional else "DataParallel"
     plan.changes.append(Change(RULE.code, line, col, f"{what} on {model.expr} becomes DistributedDataParallel"))
 
@@ -246,6 +247,7 @@ def _unwrap_site(facts: ScriptFacts, plan: Plan, site: DataParallelSite, keep_mo
         # `model.features = DP(model.features)` or `model = DP(model)`: nothing left to do there.
         plan.replace(site.statement, _remove_statement)
         _drop_emptied_else(facts, plan, site.statement)
+    _drop_replication_patch(facts, plan, site)
 
 
 def _drop_emptied_else(facts: ScriptFacts, plan: Plan, statement) -> None:
@@ -268,10 +270,43 @@ def _drop_if_emptied(node):
 
 
 def _plain_test(test: cst.BaseExpression) -> bool:
-    """A condition without calls other than the usual CUDA queries (dropping it runs nothing less)."""
+    """A condition without calls other than the usual CUDA queries and `len(device_ids)` (dropping
+    it runs nothing less)."""
     return all(
-        attribute_name(call.func) in ("is_available", "device_count") for call in descendants(test, cst.Call)
+        attribute_name(call.func) in ("is_available", "device_count") or (isinstance(call.func, cst.Name) and call.func.value == "len")
+        for call in descendants(test, cst.Call)
     )
+
+
+# Synchronized-BatchNorm-PyTorch (vendored by deeplab, CSAIL segmentation and others) patches a
+# DataParallel so its replicas share BatchNorm statistics; it asserts it is given a DataParallel.
+_REPLICATION_PATCHES = ("patch_replication_callback",)
+
+
+def _drop_replication_patch(facts: ScriptFacts, plan: Plan, site: DataParallelSite) -> None:
+    """`patch_replication_callback(model)` after the DataParallel line goes with it: DDP has no
+    replicas to patch (and the call would fail its DataParallel assertion)."""
+    block = facts.parents.get(site.statement)
+    body = list(getattr(block, "body", ()))
+    if site.target is None or site.statement not in body:
+        return
+    for statement in body[body.index(site.statement) + 1:]:
+        call = _lone_call(statement)
+        if call is None:
+            break
+        name = call.func.value if isinstance(call.func, cst.Name) else attribute_name(call.func)
+        if name in _REPLICATION_PATCHES and call.args and code_of(call.args[0].value) == site.target:
+            plan.replace(statement, _remove_statement)
+            line, col = facts.line_col(call)
+            plan.changes.append(Change(RULE.code, line, col, f"`{name}({site.target})` removed: it patches DataParallel replicas, DDP has none"))
+            return
+
+
+def _lone_call(statement) -> "cst.Call | None":
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(statement.body[0], cst.Expr):
+        value = statement.body[0].value
+        return value if isinstance(value, cst.Call) else None
+    return None
 
 
 def _only_pass(block) -> bool:
