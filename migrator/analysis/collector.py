@@ -28,6 +28,8 @@ class _Collector(NameIndex):
         self.manual_updates: List[cst.Call] = []  # `model.parameters()` of a hand-written SGD loop
         self._statement_of_call: Dict[cst.Call, List[cst.BaseAssignTargetExpression]] = {}  # value call -> targets
         self.optimizer_helpers: List[cst.Call] = []  # `get_optimizer(cfg, model)`: built by the project's code
+        # `train(config, model, ...)` from a project module that builds the optimizer: call -> models passed
+        self.trained_arguments: Dict[cst.Call, List[cst.BaseExpression]] = {}
         self.cuda_calls: List[cst.Call] = []
         self.device_strings: List[cst.SimpleString] = []
         self.cuda_templates: List[cst.CSTNode] = []  # "cuda:{}".format(i), "cuda:%d" % i, f"cuda:{i}"
@@ -77,24 +79,34 @@ class _Collector(NameIndex):
             return False
         # pytorch-template: `trainable = filter(lambda p: p.requires_grad, model.parameters())`, then
         # `optimizer = config.init_obj('optimizer', torch.optim, trainable)`.
-        return any(_holds_parameters(self.parameters_value(arg.value)) for arg in call.args)
+        return any(_holds_parameters(self.parameters_value(arg.value, call)) for arg in call.args)
 
-    def assigned_value(self, value: cst.BaseExpression) -> cst.BaseExpression:
-        """`train_params` -> the value it was first assigned (a parameter-group list); anything
-        else, or a name assigned more than once, as it is."""
+    def _assignments_in_scope(self, name: str, user: cst.CSTNode) -> List[cst.Assign]:
+        """`name = ...` statements (single target) in the scope of `user` (a function's own locals)."""
+        owner = self.owner_of(user)
+        found = []
+        for target, statement in self.assignments:
+            small = statement.body[0]
+            if (target == name and isinstance(small, cst.Assign) and len(small.targets) == 1
+                    and isinstance(small.targets[0].target, cst.Name) and self.owner_of(statement) is owner):
+                found.append(small)
+        return found
+
+    def assigned_value(self, value: cst.BaseExpression, user: cst.CSTNode) -> cst.BaseExpression:
+        """`train_params` -> the value it was assigned in `user`'s scope, once (a parameter-group
+        list); anything else, or a name assigned more than once, as it is."""
         if isinstance(value, cst.Name):
-            found = [s.body[0] for target, s in self.assignments if target == value.value]
-            if len(found) == 1 and isinstance(found[0], cst.Assign):
+            found = self._assignments_in_scope(value.value, user)
+            if len(found) == 1:
                 return found[0].value
         return value
 
-    def parameters_value(self, value: cst.BaseExpression) -> cst.BaseExpression:
-        """`trainable` -> what it was assigned (`filter(..., model.parameters())`), for a name that
-        holds a model's parameters; anything else as it is."""
+    def parameters_value(self, value: cst.BaseExpression, user: cst.CSTNode) -> cst.BaseExpression:
+        """`trainable` -> what it was assigned (`filter(..., model.parameters())`) in `user`'s scope,
+        for a name that holds a model's parameters (not an optimizer built on them); else as it is."""
         if isinstance(value, cst.Name):
-            for target, statement in self.assignments:
-                small = statement.body[0]
-                if target == value.value and isinstance(small, cst.Assign) and _holds_parameters(small.value):
+            for small in self._assignments_in_scope(value.value, user):
+                if _whole_parameters(small.value):
                     return small.value
         return value
 
@@ -189,7 +201,26 @@ def analyze(module: cst.Module, context: Optional[FileContext] = None) -> Script
     collector = _Collector(module)
     collector.run(module)
     collector.resolve_calls()
+    if context is not None and context.modules is not None:
+        from migrator.analysis.project_training import trained_arguments
+
+        collector.trained_arguments = trained_arguments(collector, context)
+        collector.optimizer_helpers += [call for call in collector.trained_arguments if call not in collector.optimizer_helpers]
     return _Analysis(module, collector, context).facts()
+
+
+def _whole_parameters(value: cst.BaseExpression) -> bool:
+    """`model.parameters()`, `filter(lambda p: p.requires_grad, model.parameters())`,
+    `list(model.parameters())`: all of a model's (trainable) parameters. A comprehension that picks
+    some of them (`[p for p in model.parameters() if p.ndim == 4]`) is one optimizer of several,
+    and an optimizer built on them (`optim.Adam(model.parameters())`) is not a parameter list."""
+    if not isinstance(value, cst.Call):
+        return False
+    if N.attribute_name(value.func) in ("parameters", "named_parameters"):
+        return True
+    if isinstance(value.func, cst.Name) and value.func.value in ("filter", "list", "tuple") and value.args:
+        return _whole_parameters(value.args[-1].value)
+    return False
 
 
 def _holds_parameters(value: cst.CSTNode) -> bool:

@@ -526,7 +526,7 @@ def group_parameter_owners(self, optimizer_call: cst.Call) -> List[str]:
     if not optimizer_call.args:
         return owners
     # `train_params = [{"params": model.get_1x_lr_params(), ...}]; SGD(train_params)` (deeplab)
-    for group in descendants(self.c.assigned_value(optimizer_call.args[0].value), cst.Dict):
+    for group in descendants(self.c.assigned_value(optimizer_call.args[0].value, optimizer_call), cst.Dict):
         for element in group.elements:
             key = getattr(element, "key", None)
             if not isinstance(key, cst.SimpleString) or key.evaluated_value != "params":
@@ -547,10 +547,12 @@ def group_parameter_owners(self, optimizer_call: cst.Call) -> List[str]:
 def models_passed(self, helper: cst.Call) -> List[str]:
     """The models handed to an optimizer-building helper: arguments used as modules elsewhere
     (moved, wrapped in DataParallel, switched to train mode), so that `cfg` or `args` never are."""
+    if helper in self.c.trained_arguments:  # the callee's optimizer is built on these (project_training)
+        return [code_of(value) for value in self.c.trained_arguments[helper]]
     found = []
     for arg in helper.args:
         expr = code_of(arg.value)
-        owners = _parameter_owners_in(self.c.parameters_value(arg.value))
+        owners = _parameter_owners_in(self.c.parameters_value(arg.value, helper))
         if owners:
             found += [o for o in owners if o not in found]
         elif isinstance(arg.value, (cst.Name, cst.Attribute)) and self.used_as_module(expr) and expr not in found:
@@ -681,6 +683,8 @@ def starts_training(self, statement: Statement, expr: str) -> bool:
         return self.holds_training(statement) or expr.split(".")[-1] in body_names
     if not isinstance(statement, cst.SimpleStatementLine):
         return self.holds_training(statement)
+    if any(call in self.c.trained_arguments for call in descendants(statement, cst.Call)):
+        return True  # `train(config, model, ...)` of a project module that trains it
     return self.calls_training_function(statement)
 
 def calls_training_function(self, statement: cst.SimpleStatementLine) -> bool:
@@ -703,9 +707,17 @@ def prepares(self, statement: Statement, expr: str, loads: bool = True) -> bool:
         inside = lambda s: self.is_inside(s, statement)  # noqa: E731
     if any(t == expr and inside(s) for t, s in self.c.assignments):
         return True
-    return any(
+    if any(
         r == expr and _prepares_model(meth) and (loads or not meth.startswith("load")) and inside(s)
         for r, meth, s in self.c.expr_calls
+    ):
+        return True
+    # `init_network(model)`, `weights_init(net)`: a function that finishes the model it is handed
+    # (DDP broadcasts rank 0's parameters when it is built: a re-initialisation after it is not synced).
+    return any(
+        isinstance(call.func, cst.Name) and _prepares_model(call.func.value)
+        and any(code_of(arg.value) == expr for arg in call.args)
+        for call in descendants(statement, cst.Call)
     )
 
 

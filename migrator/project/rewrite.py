@@ -107,8 +107,11 @@ class _Finder:
                 self._report(call, "DataParallel in a module a training script imports: the script wraps its model "
                                    "in DDP, and a DataParallel around that breaks it; wrap here in DDP by hand, or drop it")
         if self._on(MODULE_RANK_ZERO_SAVE.code):
+            self.saved_paths: Set[str] = set()
             for call in calls:
                 self._save(call)
+            for call in calls:
+                self._read_back(call)
         if self._on(MODULE_CHECKPOINT_KEYS.code) and role.unwrap_keys and ".module." not in self.module.code:
             for call in calls:
                 self._keys(call)
@@ -253,7 +256,24 @@ class _Finder:
         else:
             self.plan.guard(statement, f"not {dist}.is_initialized() or {dist}.get_rank() == 0")
             self._change(MODULE_RANK_ZERO_SAVE.code, call, "checkpoint written on rank 0 only")
+        if len(call.args) > 1:
+            self.saved_paths.add(_code(call.args[1].value))
         self.names.need(self.plan, dist=True)
+
+    def _read_back(self, call: cst.Call) -> None:
+        """`torch.load(config.save_path)` of a file only rank 0 now writes: every rank waits for it."""
+        if dotted_name(call.func) not in self.names.torch_loads or not call.args:
+            return
+        if _code(call.args[0].value) not in self.saved_paths:
+            return
+        statement = self._statement(call)
+        function = self._enclosing(call, cst.FunctionDef)
+        if statement is None or (function is not None and self._rank_checked(call, function)):
+            return
+        dist = self.names.dist
+        barrier = cst.parse_statement(f"if {dist}.is_initialized():\n    {dist}.barrier()  # rank 0 writes it: wait until it has\n")
+        self.plan.insert_before(statement, [barrier])
+        self._change(MODULE_RANK_ZERO_SAVE.code, call, "every rank waits for rank 0's checkpoint before reading it back")
 
     def _rank_checked(self, call: cst.CSTNode, function: cst.FunctionDef) -> bool:
         node = self.parents.get(call)
@@ -328,6 +348,7 @@ class _Names:
     torch_like: Set[str]
     dataloaders: Set[str]
     torch_saves: Set[str]
+    torch_loads: Set[str]
     dist: str
     dist_needed: bool
     sampler: str
@@ -355,10 +376,12 @@ class _Names:
         dataloaders = {local for local, full in imported.items() if full.endswith(".DataLoader") and full.startswith("torch")}
         torch_saves = {f"{local}.save" for local, full in imported.items() if full == "torch"} | {
             local for local, full in imported.items() if full == "torch.save"}
+        torch_loads = {f"{local}.load" for local, full in imported.items() if full == "torch"} | {
+            local for local, full in imported.items() if full == "torch.load"}
         dist = next((local for local, full in imported.items() if full == "torch.distributed"), None)
         sampler = next((local for local, full in imported.items() if full.endswith(".DistributedSampler")), None)
         ddp = next((local for local, full in imported.items() if full.endswith(".DistributedDataParallel")), None)
-        return cls(torch_like, dataloaders, torch_saves, dist or "dist", dist is None, sampler or "DistributedSampler",
+        return cls(torch_like, dataloaders, torch_saves, torch_loads, dist or "dist", dist is None, sampler or "DistributedSampler",
                    sampler is None, ddp or "DDP", ddp is None)
 
     def need(self, plan: edits.Plan, dist: bool = False, sampler: bool = False, ddp: bool = False) -> None:
@@ -408,6 +431,10 @@ def _short(node: cst.CSTNode, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+# Names a training loop's loader goes by (`train_loader`, `train_iter`, `dataloader`, `train_data`);
+# the set_epoch written for it is guarded by an isinstance check, so a list or a custom iterator
+# under such a name is left as it is at run time.
+_LOADER_WORDS = ("loader", "iter", "data", "batches")
 _ITERATION_WRAPPERS = ("enumerate", "tqdm", "tqdm.tqdm", "iter", "trange")
 
 
@@ -422,7 +449,10 @@ def _iterated_loader(node: cst.BaseExpression, wrapped: Dict[str, cst.BaseExpres
         else:
             break
     name = dotted_name(node)
-    return name if name is not None and "loader" in name.split(".")[-1].lower() else None
+    if name is None:
+        return None
+    last = name.split(".")[-1].lower()
+    return name if any(word in last for word in _LOADER_WORDS) or last in ("dl", "train_dl") else None
 
 
 def _wrappers(scope: cst.CSTNode) -> Dict[str, cst.BaseExpression]:

@@ -1,0 +1,153 @@
+"""Training that a script hands to its project's modules: `train(config, model, train_iter)`
+imported from train_eval.py builds the optimizer from `model.parameters()` and runs the loop.
+
+The per-file engine traces a trained model from the optimizer built on its parameters. When that
+optimizer is built in a function (or a class's `__init__`) of another module of the project, the
+script only builds the model and passes it on; without this, the script is "not training" and
+stays unmigrated while its model trains on one GPU. A call whose callee builds an optimizer from
+one of its parameters counts as the script's optimizer (like `get_optimizer(args, model)`), and the
+argument passed there is the trained model. Read with `ast` from the text a ProjectModules hands
+over, only for calls to names imported from the project; summaries are cached per process.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Dict, List, Optional, Tuple
+
+import libcst as cst
+
+from migrator import names as N
+from migrator.analysis.distributed import _imported_names
+from migrator.analysis.project_modules import absolute  # noqa: F401 - re-exported for readers
+from migrator.bindings import dotted_name
+from migrator.context import FileContext, ProjectModules
+
+_SUMMARIES: Dict[Tuple[Tuple[str, ...], str], Dict[str, Tuple[str, ...]]] = {}
+
+
+def trained_arguments(analysis_c, context: Optional[FileContext]) -> Dict[cst.Call, List[cst.BaseExpression]]:
+    """Calls to project functions/classes that train an argument: call -> the arguments trained."""
+    if context is None or context.modules is None:
+        return {}
+    imported = _imported_names(analysis_c.import_statements, context.package)
+    found: Dict[cst.Call, List[cst.BaseExpression]] = {}
+    for call in analysis_c.calls:
+        dotted = dotted_name(call.func)
+        if not dotted:
+            continue
+        head, _, rest = dotted.partition(".")
+        source = imported.get(head)
+        if source is None or source.split(".")[0] in N.NOT_PROJECT_PACKAGES or source.startswith("torch"):
+            continue
+        qualified = f"{source}.{rest}" if rest else source
+        trained = _trained_parameters(context.modules, qualified)
+        if trained:
+            values = _arguments_for(call, trained)
+            if values:
+                found[call] = values
+    return found
+
+
+def _arguments_for(call: cst.Call, parameters: Tuple[str, ...]) -> List[cst.BaseExpression]:
+    """The expressions passed for `parameters` (positions are encoded as "#0", "#1", ...)."""
+    values = []
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    for parameter in parameters:
+        if parameter.startswith("#"):
+            index = int(parameter[1:])
+            if index < len(positional):
+                values.append(positional[index].value)
+        else:
+            values += [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == parameter]
+    return [v for v in values if isinstance(v, (cst.Name, cst.Attribute))]
+
+
+def _trained_parameters(modules: ProjectModules, qualified: str) -> Tuple[str, ...]:
+    parts = qualified.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        dotted = ".".join(parts[:cut])
+        text = modules.source(dotted)
+        if text is None:
+            continue
+        if len(parts) - cut != 1:
+            return ()
+        return _summary(modules, dotted, text).get(parts[cut], ())
+    return ()
+
+
+def _summary(modules: ProjectModules, dotted: str, text: str) -> Dict[str, Tuple[str, ...]]:
+    """Function or class name -> the parameters it builds an optimizer from (name and "#position")."""
+    key = (modules.roots, dotted)
+    if key not in _SUMMARIES:
+        _SUMMARIES[key] = {}
+        if "optim" in text and "parameters" in text:
+            try:
+                tree = ast.parse(text)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                tree = None
+            if tree is not None:
+                _SUMMARIES[key] = {
+                    node.name: trained for node in tree.body
+                    for trained in [_trained_by(node)] if trained
+                }
+    return _SUMMARIES[key]
+
+
+def _trained_by(node: ast.stmt) -> Tuple[str, ...]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return _from_function(node, skip_self=False)
+    if isinstance(node, ast.ClassDef):
+        init = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+        if init is not None:
+            # The call is `Trainer(model, ...)`: positions are counted without `self`.
+            return _from_function(init, skip_self=True, scope=node)
+    return ()
+
+
+def _from_function(fn: ast.FunctionDef, skip_self: bool, scope: Optional[ast.AST] = None) -> Tuple[str, ...]:
+    params = [a.arg for a in fn.args.args]
+    if skip_self and params:
+        params = params[1:]
+    names = set(params) | {a.arg for a in fn.args.kwonlyargs}
+    kept = {}  # `self.model = model`: the attribute stands for the parameter
+    for sub in ast.walk(fn):
+        if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Name) and sub.value.id in names:
+            for target in sub.targets:
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+                    kept[f"self.{target.attr}"] = sub.value.id
+    trained = []
+    for sub in ast.walk(scope or fn):
+        owner = _optimized_owner(sub)
+        name = kept.get(owner, owner) if owner else None
+        if name in names and name not in trained:
+            trained.append(name)
+    out = []
+    for name in trained:
+        out.append(name)
+        if name in params:
+            out.append(f"#{params.index(name)}")
+    return tuple(out)
+
+
+def _optimized_owner(node: ast.AST) -> Optional[str]:
+    """`model` in `optim.Adam(model.parameters(), ...)` (or `filter(..., model.parameters())` in it)."""
+    if not isinstance(node, ast.Call):
+        return None
+    func = _dotted(node.func) or ""
+    if "optim" not in func.lower() and not func.split(".")[-1] in ("Adam", "AdamW", "SGD", "RMSprop", "Adagrad"):
+        return None
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in ("parameters", "named_parameters"):
+            return _dotted(sub.func.value)
+    return None
+
+
+def _dotted(node: ast.AST) -> Optional[str]:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
