@@ -582,6 +582,10 @@ def _updated(done: Migrated, update: Optional["Update"]) -> Migrated:
     if update is None:
         return done
     outcome = done.outcome
+    if update.revert and done.source is not None:  # the script stays as it was (project mode says why)
+        # Its own findings were about the migration that is not made; the reason replaces them.
+        return Migrated(FileOutcome(outcome.path, False, (), update.diagnostics, outcome.error), done.source,
+                        done.source.text, done.skipped)
     diagnostics = tuple(d for d in outcome.diagnostics if d.code not in update.dropped) + update.diagnostics
     changes = tuple(sorted(outcome.changes + update.changes, key=lambda c: (c.line, c.col)))
     code = update.code if update.code is not None else done.code

@@ -268,3 +268,51 @@ class Saver:
     assert result.code == source
     assert [d.code for d in result.diagnostics] == ["DDP140"]
     assert "goes on to use `path`" in result.diagnostics[0].message
+
+
+def test_a_module_that_wraps_dataparallel_itself_keeps_the_script_unchanged(tmp_path):
+    """yassouali/pytorch-segmentation's BaseTrainer wraps the model it is handed in DataParallel: a
+    DDP wrap in the script would end up inside a DataParallel. The script stays as it was, and says why."""
+    trainer = '''import torch
+
+
+class Trainer:
+    def __init__(self, model, loader):
+        self.model = torch.nn.DataParallel(model)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.loader = loader
+
+    def train(self, epochs):
+        for epoch in range(epochs):
+            for x, y in self.loader:
+                self.optimizer.zero_grad()
+                torch.nn.functional.mse_loss(self.model(x), y).backward()
+                self.optimizer.step()
+'''
+    entry = '''import torch
+import torch.nn as nn
+from trainer import Trainer
+from loaders import make_loader
+
+
+def main():
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in make_loader():
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+    Trainer(model, make_loader()).train(1)
+
+
+if __name__ == "__main__":
+    main()
+'''
+    _tree(tmp_path, {"train.py": entry, "trainer.py": trainer, "loaders.py": _LOADERS})
+    result = _run("--in-place", "--output-format", "json", str(tmp_path))
+    assert (tmp_path / "train.py").read_text() == entry
+    assert (tmp_path / "loaders.py").read_text() == _LOADERS
+    report = json.loads(result.output)
+    messages = [f["message"] for item in report["files"] if item["path"].endswith("train.py") for f in item["findings"]]
+    assert any("left unchanged: trainer.py:6" in m and "DataParallel" in m for m in messages), messages

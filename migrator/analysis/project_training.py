@@ -18,7 +18,6 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.analysis.distributed import _imported_names
-from migrator.analysis.project_modules import absolute  # noqa: F401 - re-exported for readers
 from migrator.bindings import dotted_name
 from migrator.context import FileContext, ProjectModules
 

@@ -28,7 +28,7 @@ from migrator.errors import MigrateError
 from migrator.options import Options
 from migrator.project.graph import ProjectGraph
 from migrator.project.hints import LIBRARY_DECLINES
-from migrator.project.rewrite import ModuleRole, migrate_module
+from migrator.project.rewrite import DATAPARALLEL_IN_MODULE, ModuleRole, migrate_module
 from migrator.project.rules import MODULE_NEEDS_MIGRATION, MODULE_SAMPLER, MODULE_SET_EPOCH
 from migrator.types import Change, Diagnostic
 
@@ -63,6 +63,9 @@ class Update:
     changes: Tuple[Change, ...] = ()
     diagnostics: Tuple[Diagnostic, ...] = ()
     dropped: FrozenSet[str] = field(default_factory=frozenset)  # diagnostic codes the plan answers
+    # The per-file migration of this script must not be written: a module it trains through wraps
+    # the model in DataParallel itself (a DataParallel around DDP breaks); the file stays as it was.
+    revert: bool = False
 
 
 def plan_project(files: Sequence[ProjectFile], options: Optional[Options] = None, rewrite: bool = True) -> Dict[str, Update]:
@@ -76,15 +79,19 @@ def plan_project(files: Sequence[ProjectFile], options: Optional[Options] = None
     entry_paths = {f.path for f in entries}
     roles: Dict[str, List[ProjectFile]] = {}  # module -> entries reaching it
     outside: Dict[str, List[Tuple[str, Tuple[str, ...]]]] = {}  # entry -> modules not given, with chains
-    for entry in entries:
-        for module, chain in graph.reachable(entry.path):
-            if module in entry_paths or not _plannable(module, graph.text(module)):
-                continue
+    updates: Dict[str, Update] = {}
+    for entry in list(entries):
+        reached = [(m, chain) for m, chain in graph.reachable(entry.path) if m not in entry_paths and _plannable(m, graph.text(m))]
+        blocker = _dataparallel_module(reached, graph)
+        if blocker is not None:
+            updates[entry.path] = _blocked(entry, blocker, graph)
+            entries.remove(entry)
+            continue
+        for module, chain in reached:
             if graph.walked(module):
                 roles.setdefault(module, []).append(entry)
             else:
                 outside.setdefault(entry.path, []).append((module, chain))
-    updates: Dict[str, Update] = {}
     sharded = False
     for module, reaching in roles.items():
         role = ModuleRole(tuple(e.display for e in reaching), unwrap_keys=not any(_dataparallel_for_good(e.text) for e in reaching))
@@ -139,6 +146,34 @@ def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Opt
             diagnostics.append(_needs(entry, module, chain, change, graph.import_line(entry.path, chain[1])))
     dropped = frozenset({UNTRACED_LOADER}) if sharded and not unmet else frozenset()
     return Update(code, changes, tuple(d for d in diagnostics if options.enabled(d.code)), dropped)
+
+
+def _dataparallel_module(reached, graph: ProjectGraph) -> Optional[Tuple[str, Tuple[str, ...], int]]:
+    """The first module the script trains through that wraps a model in DataParallel itself."""
+    for module, chain in reached:
+        text = graph.text(module) or ""
+        if "DataParallel" not in text:
+            continue
+        try:
+            found = migrate_module(text, ModuleRole(("the script",)), rewrite=False)
+        except Exception:  # noqa: BLE001
+            continue
+        for diagnostic in found.diagnostics:
+            if diagnostic.message.startswith(DATAPARALLEL_IN_MODULE):
+                return module, chain, diagnostic.line
+    return None
+
+
+def _blocked(entry: ProjectFile, blocker, graph: ProjectGraph) -> Update:
+    module, chain, line = blocker
+    via = " -> ".join(_relative(p, entry.path) for p in chain[1:-1])
+    message = (
+        f"left unchanged: {_relative(module, entry.path)}:{line}, which this script trains through"
+        f"{f' (imported through {via})' if via else ''}, wraps the model in DataParallel itself; a DataParallel "
+        "around the DDP model would break: replace it there with DDP (or drop it), then run ddp-migrate again"
+    )
+    diagnostic = Diagnostic(MODULE_NEEDS_MIGRATION.code, graph.import_line(entry.path, chain[1]), 1, message)
+    return Update(None, (), (diagnostic,), revert=True)
 
 
 def _codes(file: ProjectFile) -> FrozenSet[str]:

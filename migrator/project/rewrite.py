@@ -34,6 +34,7 @@ from migrator.project.rules import (
 )
 from migrator.types import Change, Diagnostic, Result
 
+DATAPARALLEL_IN_MODULE = "DataParallel in a module a training script imports"  # planning blocks on it
 _EPOCH_NAMES = ("epoch", "ep", "cur_epoch", "current_epoch", "epoch_idx", "i_epoch", "epoch_num", "n_epoch")
 _RANK_WORDS = ("rank", "main_process", "is_master", "master", "is_main", "primary")
 _CHECKPOINT_WORDS = ("state", "checkpoint", "ckpt", "model", "net", "weights")
@@ -104,7 +105,7 @@ class _Finder:
                 self._set_epoch(loop)
         for call in calls if MODULE_SAMPLER.code in role.pieces else ():  # not in the migrated script itself
             if (dotted_name(call.func) or "").split(".")[-1] == "DataParallel":
-                self._report(call, "DataParallel in a module a training script imports: the script wraps its model "
+                self._report(call, DATAPARALLEL_IN_MODULE + ": the script wraps its model "
                                    "in DDP, and a DataParallel around that breaks it; wrap here in DDP by hand, or drop it")
         if self._on(MODULE_RANK_ZERO_SAVE.code):
             self.saved_paths: Set[str] = set()
