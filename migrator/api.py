@@ -93,6 +93,10 @@ def _library_hint(source: str, facts, diagnostics, options: Options) -> tuple:
     if facts.entry is not None or facts.has_main_guard or facts.already_distributed:
         return ()  # a script (a main guard) builds its own model: its decline says what to do
     from migrator.project.hints import LIBRARY_DECLINES, library_hint
+    from migrator.rules.unmigrated import is_script
+
+    if is_script(facts.module):
+        return ()  # module-level training loop: a flat script, not a module its caller trains through
 
     hint = library_hint(source, [d for d in diagnostics if d.code in LIBRARY_DECLINES], options)
     return (hint,) if hint is not None else ()

@@ -173,7 +173,7 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
         return
     module = facts.module
     imports = _imported_modules(module)
-    if _uses_torch_distributed(imports) or not (_is_script(module) or _sets_up_training(module, imports)):
+    if _uses_torch_distributed(imports) or not (is_script(module) or _sets_up_training(module, imports)):
         return
     signal = _first_training_signal(module)
     if signal is None:
@@ -186,7 +186,7 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
 # -- what counts as training ------------------------------------------------------------
 def _first_training_signal(module: cst.Module) -> Optional[Signal]:
     """The first training sign in source order; a training call counts only in a runnable script."""
-    script = _is_script(module)
+    script = is_script(module)
     optimizes = any(code_of(attr) == "torch.optim" for attr in descendants(module, cst.Attribute))
     for node in descendants(module, (cst.Call, cst.For)):
         if isinstance(node, cst.For):
@@ -223,7 +223,7 @@ def _is_training_call(call: cst.Call) -> bool:
     return True
 
 
-def _is_script(module: cst.Module) -> bool:
+def is_script(module: cst.Module) -> bool:
     """A file that runs something: a main guard, or loops/calls at module level."""
     for statement in module.body:
         if isinstance(statement, cst.If) and is_main_guard(statement.test):
@@ -260,15 +260,42 @@ def _reason(facts: ScriptFacts, imports: Dict[str, str], signal: Signal) -> str:
     elsewhere = _training_elsewhere(facts.module, imports)
     if elsewhere:
         return elsewhere
-    if not _is_script(facts.module):
+    if not is_script(facts.module):
         return (
             "no entry point in this module (no main guard, no module-level training): the model and its "
             "optimizer come from the caller; run ddp-migrate on the script that builds them, or migrate by hand"
+        )
+    built = _built_by_project(facts.module, imports)
+    if built:
+        return (
+            f"no model could be traced from a torch.optim optimizer or a `model.parameters()` update to the "
+            f"statement that builds it ({built}); wrap the model in DDP where it is built and shard its "
+            "loader by hand"
         )
     return (
         "no model could be traced from a torch.optim optimizer or a `model.parameters()` update to the "
         "statement that builds it; wrap the model in DDP where it is built and shard its loader by hand"
     )
+
+
+_MODEL_METHODS = ("cuda", "to", "train", "eval", "parameters", "state_dict", "module")
+
+
+def _built_by_project(module: cst.Module, imports: Dict[str, str]) -> Optional[str]:
+    """`model = create_model(opt)` with `create_model` from the project's `models.models`, and
+    `model` used as a module here: "the model `model` comes from `create_model(opt)` in module
+    `models.models`" (the first such, in source order)."""
+    used = {code_of(a.value) for a in descendants(module, cst.Attribute) if a.attr.value in _MODEL_METHODS}
+    for assign in descendants(module, cst.Assign):
+        if not (isinstance(assign.value, cst.Call) and len(assign.targets) == 1):
+            continue
+        target = code_of(assign.targets[0].target)
+        func = assign.value.func
+        head = func.value if isinstance(func, cst.Name) else code_of(func).split(".")[0]
+        origin = _origin(head, imports)
+        if origin and target in used:
+            return f"the model `{target}` comes from `{_short(assign.value)}` in module `{origin}`"
+    return None
 
 
 def _training_elsewhere(module: cst.Module, imports: Dict[str, str]) -> Optional[str]:
