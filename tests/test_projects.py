@@ -316,3 +316,33 @@ if __name__ == "__main__":
     report = json.loads(result.output)
     messages = [f["message"] for item in report["files"] if item["path"].endswith("train.py") for f in item["findings"]]
     assert any("left unchanged: trainer.py:6" in m and "DataParallel" in m for m in messages), messages
+
+
+def test_a_trainer_whose_base_class_builds_the_optimizer_is_followed(tmp_path):
+    """`Trainer(model, loader)` from trainer/, whose BaseTrainer (base/, re-exported by a star
+    import) builds the optimizer from the model it is handed: the script's model is the trained one."""
+    from migrator.api import migrate
+    from migrator.context import FileContext
+
+    _tree(tmp_path, {
+        "train.py": (
+            "import torch.nn as nn\nfrom trainer import Trainer\nfrom loaders import make_loader\n\n\n"
+            "def main():\n    model = nn.Linear(4, 1)\n    trainer = Trainer(model, make_loader())\n    trainer.train()\n\n\n"
+            "if __name__ == \"__main__\":\n    main()\n"
+        ),
+        "trainer/__init__.py": "from .trainer import Trainer\n",
+        "trainer/trainer.py": (
+            "from base import BaseTrainer\n\n\nclass Trainer(BaseTrainer):\n"
+            "    def __init__(self, model, loader):\n        super().__init__(model)\n        self.loader = loader\n"
+        ),
+        "base/__init__.py": "from .base_trainer import *\n",
+        "base/base_trainer.py": (
+            "import torch\n\n\nclass BaseTrainer:\n    def __init__(self, model):\n        self.model = model\n"
+            "        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)\n"
+        ),
+        "loaders.py": _LOADERS,
+    })
+    path = tmp_path / "train.py"
+    result = migrate(path.read_text(), context=FileContext.for_file(path, "train.py"))
+    assert "model = DDP(model" in result.code
+    assert result.code.index("model = DDP(model") < result.code.index("trainer = Trainer(model")

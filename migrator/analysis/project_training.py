@@ -18,6 +18,7 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.analysis.distributed import _imported_names
+from migrator.analysis.project_modules import _ast_imports, _is_package, _star_imports
 from migrator.bindings import dotted_name
 from migrator.context import FileContext, ProjectModules
 
@@ -61,7 +62,7 @@ def _arguments_for(call: cst.Call, parameters: Tuple[str, ...]) -> List[cst.Base
     return [v for v in values if isinstance(v, (cst.Name, cst.Attribute))]
 
 
-def _trained_parameters(modules: ProjectModules, qualified: str) -> Tuple[str, ...]:
+def _trained_parameters(modules: ProjectModules, qualified: str, hops: int = 0) -> Tuple[str, ...]:
     parts = qualified.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         dotted = ".".join(parts[:cut])
@@ -70,7 +71,24 @@ def _trained_parameters(modules: ProjectModules, qualified: str) -> Tuple[str, .
             continue
         if len(parts) - cut != 1:
             return ()
-        return _summary(modules, dotted, text).get(parts[cut], ())
+        name = parts[cut]
+        found = _summary(modules, dotted, text).get(name, ())
+        if found or hops >= _MAX_BASE_HOPS or name not in text:
+            return found
+        # A package `__init__` that re-exports it: `from .trainer import Trainer`, `from .trainer import *`.
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return ()
+        package = dotted if _is_package(modules, dotted) else dotted.rpartition(".")[0]
+        source = _ast_imports(tree, package or None).get(name)
+        if source is not None:
+            return _trained_parameters(modules, source, hops + 1)
+        for star in _star_imports(tree, package or None):
+            found = _trained_parameters(modules, f"{star}.{name}", hops + 1)
+            if found:
+                return found
+        return ()
     return ()
 
 
@@ -79,7 +97,7 @@ def _summary(modules: ProjectModules, dotted: str, text: str) -> Dict[str, Tuple
     key = (modules.roots, dotted)
     if key not in _SUMMARIES:
         _SUMMARIES[key] = {}
-        if "optim" in text and "parameters" in text:
+        if ("optim" in text and "parameters" in text) or "class " in text:  # a class may inherit its optimizer
             try:
                 tree = ast.parse(text)
             except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -87,19 +105,76 @@ def _summary(modules: ProjectModules, dotted: str, text: str) -> Dict[str, Tuple
             if tree is not None:
                 _SUMMARIES[key] = {
                     node.name: trained for node in tree.body
-                    for trained in [_trained_by(node)] if trained
+                    for trained in [_trained_by(node, modules, dotted, tree)] if trained
                 }
     return _SUMMARIES[key]
 
 
-def _trained_by(node: ast.stmt) -> Tuple[str, ...]:
+def _trained_by(node: ast.stmt, modules: ProjectModules, dotted: str, tree: ast.Module, hops: int = 0) -> Tuple[str, ...]:
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return _from_function(node, skip_self=False)
-    if isinstance(node, ast.ClassDef):
-        init = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
-        if init is not None:
-            # The call is `Trainer(model, ...)`: positions are counted without `self`.
-            return _from_function(init, skip_self=True, scope=node)
+    if not isinstance(node, ast.ClassDef):
+        return ()
+    init = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    if init is not None:
+        # The call is `Trainer(model, ...)`: positions are counted without `self`.
+        own = _from_function(init, skip_self=True, scope=node)
+        if own:
+            return own
+    if hops >= _MAX_BASE_HOPS:
+        return ()
+    for base in node.bases:  # `class Trainer(BaseTrainer)`: the optimizer is built in the base's __init__
+        inherited = _base_trained(base, modules, dotted, tree, hops + 1)
+        if not inherited:
+            continue
+        if init is None:
+            return inherited
+        params = [a.arg for a in init.args.args][1:]
+        names = [name for name in inherited if not name.startswith("#") and name in params]
+        return tuple(part for name in names for part in (name, f"#{params.index(name)}"))
+    return ()
+
+
+_MAX_BASE_HOPS = 3
+
+
+def _base_trained(base: ast.expr, modules: ProjectModules, dotted: str, tree: ast.Module, hops: int) -> Tuple[str, ...]:
+    """What a base class's __init__ trains: the base in this module, or imported from the project."""
+    name = _dotted(base)
+    if name is None:
+        return ()
+    local = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
+    if local is not None:
+        return _trained_by(local, modules, dotted, tree, hops)
+    package = dotted if _is_package(modules, dotted) else dotted.rpartition(".")[0]
+    imported = _ast_imports(tree, package or None)
+    head, _, rest = name.partition(".")
+    source = imported.get(head)
+    if source is None:
+        return ()
+    qualified = f"{source}.{rest}" if rest else source
+    parts = qualified.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        text = modules.source(".".join(parts[:cut]))
+        if text is None or len(parts) - cut != 1:
+            continue
+        try:
+            base_tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return ()
+        base_module = ".".join(parts[:cut])
+        for node in base_tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == parts[cut]:
+                return _trained_by(node, modules, base_module, base_tree, hops)
+        # `from .base_trainer import *` in a package __init__: look one module further
+        for star in _star_imports(base_tree, base_module if _is_package(modules, base_module) else base_module.rpartition(".")[0] or None):
+            star_text = modules.source(star)
+            if star_text is not None and f"class {parts[cut]}" in star_text:
+                star_tree = ast.parse(star_text)
+                for node in star_tree.body:
+                    if isinstance(node, ast.ClassDef) and node.name == parts[cut]:
+                        return _trained_by(node, modules, star, star_tree, hops)
+        return ()
     return ()
 
 
