@@ -40,12 +40,12 @@ PYTHON_RELEVANT = ("torch", "local_rank", "local-rank")
 #: A launcher file that does not mention this has no launch command to rewrite.
 LAUNCHER_RELEVANT = ("torch.distributed", "torch/distributed/launch")  # the module, or its file by path
 
-#: Fewest files that need the engine for --jobs to start a process pool: with fewer, starting
-#: workers costs more than it saves (much more where workers are spawned and import LibCST anew).
 #: The process-group setup rule: a file it changed is a training script's entry point, which
 #: project mode (migrator.project) plans with the modules it imports.
 _SETUP_CODE = "DDP001"
 
+#: Fewest files that need the engine for --jobs to start a process pool: with fewer, starting
+#: workers costs more than it saves (much more where workers are spawned and import LibCST anew).
 POOL_MIN_FILES = 4 if sys.platform.startswith("linux") else 12
 
 
@@ -573,9 +573,25 @@ def with_project(outcomes: Sequence[Migrated], mode: WriteBack, options: Options
                     done.outcome.changes, done.outcome.diagnostics)
         for done, real in python
     ]
-    updates = plan_project(project, options, rewrite=mode.needs_code)
+    try:
+        updates = plan_project(project, options, rewrite=mode.needs_code)
+    except Exception as exc:  # noqa: BLE001 - a bug in the planner: each file keeps its own migration, and says so
+        updates = _planning_failed(project, exc)
     real_of = {id(done): real for done, real in python}
     return [_updated(done, updates.get(real_of.get(id(done), ""))) for done in outcomes]
+
+
+def _planning_failed(project: Sequence[Any], exc: Exception) -> Dict[str, "Update"]:
+    from migrator.project.plan import Update
+    from migrator.project.rules import MODULE_NEEDS_MIGRATION
+    from migrator.types import Diagnostic
+
+    message = (f"internal error in project mode (please report it): {type(exc).__name__}: {exc}; this script was "
+               "migrated alone, and the modules it imports were not planned with it")
+    return {
+        file.path: Update(None, diagnostics=(Diagnostic(MODULE_NEEDS_MIGRATION.code, 1, 1, _one_line(message)),))
+        for file in project if any(change.code == _SETUP_CODE for change in file.changes)
+    }
 
 
 def _updated(done: Migrated, update: Optional["Update"]) -> Migrated:

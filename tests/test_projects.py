@@ -346,3 +346,17 @@ def test_a_trainer_whose_base_class_builds_the_optimizer_is_followed(tmp_path):
     result = migrate(path.read_text(), context=FileContext.for_file(path, "train.py"))
     assert "model = DDP(model" in result.code
     assert result.code.index("model = DDP(model") < result.code.index("trainer = Trainer(model")
+
+
+def test_a_planner_failure_keeps_each_file_and_says_so(tmp_path, monkeypatch):
+    import migrator.project.plan as plan
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(plan, "plan_project", broken)
+    _tree(tmp_path, {"train.py": _ENTRY, "loaders.py": _LOADERS, "saver.py": _SAVER})
+    result = _run("--check", str(tmp_path))
+    assert result.exit_code == 1
+    assert "internal error in project mode" in result.output and "RuntimeError: boom" in result.output
+    assert "Traceback" not in result.output

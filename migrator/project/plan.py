@@ -112,7 +112,7 @@ def _module_update(file: ProjectFile, role: ModuleRole, options: Options, rewrit
     except (MigrateError, Exception):  # noqa: BLE001 - a module the planner cannot read stays as the engine left it
         return None
     # The engine's "no entry point here" for this module is answered: its caller is migrated with it.
-    return Update(result.code if result.code != source else None, result.changes, result.diagnostics, _ANSWERED)
+    return Update(result.code if result.code != source else None, _in_original(result.changes, file), result.diagnostics, _ANSWERED)
 
 
 def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Options, rewrite: bool, sharded: bool) -> Update:
