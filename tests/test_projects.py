@@ -360,3 +360,12 @@ def test_a_planner_failure_keeps_each_file_and_says_so(tmp_path, monkeypatch):
     assert result.exit_code == 1
     assert "internal error in project mode" in result.output and "RuntimeError: boom" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_suppression_comment_in_a_module_is_honoured():
+    from migrator.project import ModuleRole, migrate_module
+
+    source = _SAVER.replace('f"epoch{epoch}.pt")', 'f"epoch{epoch}.pt")  # ddp-migrate: ignore[DDP032]')
+    result = migrate_module(source, ModuleRole(("train.py",)))
+    assert {c.code for c in result.changes} == {"DDP033"}
+    assert "get_rank" not in result.code

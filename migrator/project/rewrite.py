@@ -16,13 +16,14 @@ that never set one up, and they keep running as before.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
-from migrator import edits
+from migrator import edits, suppress
 from migrator.bindings import dotted_name
 from migrator.options import Options
 from migrator.project.rules import (
@@ -60,8 +61,15 @@ class ModuleRole:
 
 def migrate_module(source: str, role: ModuleRole, options: Optional[Options] = None, rewrite: bool = True) -> Result:
     """The module's source with the project edits made (or, `rewrite=False`, only what they
-    would be: `code` stays `source` and `pending` says whether anything would change)."""
+    would be: `code` stays `source` and `pending` says whether anything would change).
+
+    `# ddp-migrate: ignore[DDP032]` comments work as in a script (migrator.suppress)."""
     options = options or Options()
+    engine = functools.partial(_migrate_module, role=role, rewrite=rewrite)
+    return suppress.apply(engine(source, options), source, options, engine, suppress.python_suppressions(source))
+
+
+def _migrate_module(source: str, options: Options, role: ModuleRole, rewrite: bool) -> Result:
     if not any(word in source for word in ("DataLoader", "loader", "save", "state_dict")):
         return Result(code=source, original=source)
     module = cst.parse_module(source)
