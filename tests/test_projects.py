@@ -210,7 +210,7 @@ def test_plan_names_the_modules_that_were_not_given(tmp_path):
     messages = [d.message for d in updates["train.py"].diagnostics if d.code == "DDP140"]
     assert any(m.startswith("loaders.py:7 needs DDP030") for m in messages), messages
     assert any(m.startswith("saver.py:5 needs DDP032") for m in messages), messages
-    assert not updates["train.py"].dropped  # the loader is still unsharded: the script's finding stays
+    assert "DDP108" not in updates["train.py"].dropped  # the loader is still unsharded: the finding stays
 
 
 def test_plan_leaves_distributed_and_test_modules_alone(tmp_path):
@@ -369,3 +369,47 @@ def test_a_suppression_comment_in_a_module_is_honoured():
     result = migrate_module(source, ModuleRole(("train.py",)))
     assert {c.code for c in result.changes} == {"DDP033"}
     assert "get_rank" not in result.code
+
+
+def test_only_the_loader_the_imported_train_loops_over_is_sharded(tmp_path):
+    """cnn-text-classification: `train.train(train_iter, dev_iter, cnn, args)` builds the optimizer
+    and trains on train_iter; dev_iter only feeds its evaluation (early stopping on every rank)."""
+    from migrator.api import migrate
+    from migrator.context import FileContext
+
+    script = '''import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import train
+
+data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+train_iter = DataLoader(data, batch_size=4, shuffle=True)
+dev_iter = DataLoader(data, batch_size=32)
+cnn = nn.Linear(4, 1)
+train.train(train_iter, dev_iter, cnn, None)
+'''
+    module = '''import torch
+
+
+def train(train_iter, dev_iter, model, args):
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    for epoch in range(2):
+        for x, y in train_iter:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        evaluate(dev_iter, model)
+
+
+def evaluate(loader, model):
+    with torch.no_grad():
+        for x, y in loader:
+            model(x)
+'''
+    _tree(tmp_path, {"main.py": script, "train.py": module})
+    path = tmp_path / "main.py"
+    result = migrate(script, context=FileContext.for_file(path, "main.py"))
+    assert "cnn = DDP(cnn" in result.code
+    assert "sampler=train_iter_sampler" in result.code
+    assert "dev_iter = DataLoader(data, batch_size=32)" in result.code

@@ -30,6 +30,8 @@ class _Collector(NameIndex):
         self.optimizer_helpers: List[cst.Call] = []  # `get_optimizer(cfg, model)`: built by the project's code
         # `train(config, model, ...)` from a project module that builds the optimizer: call -> models passed
         self.trained_arguments: Dict[cst.Call, List[cst.BaseExpression]] = {}
+        # ... and the loaders it trains on, where its loops say so: call -> their code
+        self.trained_loaders: Dict[cst.Call, List[str]] = {}
         self.cuda_calls: List[cst.Call] = []
         self.device_strings: List[cst.SimpleString] = []
         self.cuda_templates: List[cst.CSTNode] = []  # "cuda:{}".format(i), "cuda:%d" % i, f"cuda:{i}"
@@ -204,7 +206,9 @@ def analyze(module: cst.Module, context: Optional[FileContext] = None) -> Script
     if context is not None and context.modules is not None:
         from migrator.analysis.project_training import trained_arguments
 
-        collector.trained_arguments = trained_arguments(collector, context)
+        trained = trained_arguments(collector, context)
+        collector.trained_arguments = {call: models for call, (models, _) in trained.items()}
+        collector.trained_loaders = {call: loaders for call, (_, loaders) in trained.items() if loaders}
         collector.optimizer_helpers += [call for call in collector.trained_arguments if call not in collector.optimizer_helpers]
     return _Analysis(module, collector, context).facts()
 

@@ -25,12 +25,16 @@ from migrator.context import FileContext, ProjectModules
 _SUMMARIES: Dict[Tuple[Tuple[str, ...], str], Dict[str, Tuple[str, ...]]] = {}
 
 
-def trained_arguments(analysis_c, context: Optional[FileContext]) -> Dict[cst.Call, List[cst.BaseExpression]]:
-    """Calls to project functions/classes that train an argument: call -> the arguments trained."""
+LOADER = "loader:"  # a summary entry for a parameter the callee trains on (its training loader)
+
+
+def trained_arguments(analysis_c, context: Optional[FileContext]) -> Dict[cst.Call, Tuple[List[cst.BaseExpression], List[str]]]:
+    """Calls to project functions/classes that train an argument: call -> (the models passed, the
+    code of the loaders passed where the callee loops over them to train; empty when not known)."""
     if context is None or context.modules is None:
         return {}
     imported = _imported_names(analysis_c.import_statements, context.package)
-    found: Dict[cst.Call, List[cst.BaseExpression]] = {}
+    found: Dict[cst.Call, Tuple[List[cst.BaseExpression], List[str]]] = {}
     for call in analysis_c.calls:
         dotted = dotted_name(call.func)
         if not dotted:
@@ -42,10 +46,15 @@ def trained_arguments(analysis_c, context: Optional[FileContext]) -> Dict[cst.Ca
         qualified = f"{source}.{rest}" if rest else source
         trained = _trained_parameters(context.modules, qualified)
         if trained:
-            values = _arguments_for(call, trained)
-            if values:
-                found[call] = values
+            models = _arguments_for(call, tuple(p for p in trained if not p.startswith(LOADER)))
+            loaders = _arguments_for(call, tuple(p[len(LOADER):] for p in trained if p.startswith(LOADER)))
+            if models:
+                found[call] = (models, [_code(value) for value in loaders])
     return found
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
 
 
 def _arguments_for(call: cst.Call, parameters: Tuple[str, ...]) -> List[cst.BaseExpression]:
@@ -130,8 +139,13 @@ def _trained_by(node: ast.stmt, modules: ProjectModules, dotted: str, tree: ast.
         if init is None:
             return inherited
         params = [a.arg for a in init.args.args][1:]
-        names = [name for name in inherited if not name.startswith("#") and name in params]
-        return tuple(part for name in names for part in (name, f"#{params.index(name)}"))
+        mapped = []
+        for entry in inherited:  # by name: `def __init__(self, model, ...): super().__init__(model)`
+            prefix = LOADER if entry.startswith(LOADER) else ""
+            name = entry[len(prefix):]
+            if not name.startswith("#") and name in params:
+                mapped += [prefix + name, f"{prefix}#{params.index(name)}"]
+        return tuple(mapped) if any(not m.startswith(LOADER) for m in mapped) else ()
     return ()
 
 
@@ -195,12 +209,31 @@ def _from_function(fn: ast.FunctionDef, skip_self: bool, scope: Optional[ast.AST
         name = kept.get(owner, owner) if owner else None
         if name in names and name not in trained:
             trained.append(name)
+    loaders = []
+    for sub in ast.walk(scope or fn) if trained else ():
+        iterated = _training_loop_over(sub)
+        name = kept.get(iterated, iterated) if iterated else None
+        if name in names and name not in loaders and name not in trained:
+            loaders.append(name)
     out = []
-    for name in trained:
-        out.append(name)
-        if name in params:
-            out.append(f"#{params.index(name)}")
+    for prefix, found in (("", trained), (LOADER, loaders)):
+        for name in found:
+            out.append(prefix + name)
+            if name in params:
+                out.append(f"{prefix}#{params.index(name)}")
     return tuple(out)
+
+
+def _training_loop_over(node: ast.AST) -> Optional[str]:
+    """`train_iter` in `for batch in enumerate(train_iter):` whose body calls backward() or step()."""
+    if not isinstance(node, ast.For):
+        return None
+    iterated = node.iter
+    while isinstance(iterated, ast.Call) and (_dotted(iterated.func) or "") in ("enumerate", "tqdm", "tqdm.tqdm", "iter") and iterated.args:
+        iterated = iterated.args[0]
+    if not any(isinstance(n, ast.Attribute) and n.attr in ("backward", "step") for body in node.body for n in ast.walk(body)):
+        return None
+    return _dotted(iterated)
 
 
 def _optimized_owner(node: ast.AST) -> Optional[str]:

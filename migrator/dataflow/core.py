@@ -214,6 +214,8 @@ class FlowBase:
     def external_training_call(self, call: cst.Call, expr: str) -> bool:
         """`train(config, train_loader, model, ...)` imported from the project's own module: the loader
         it is given is the training data, even though the loop over it is in that other module."""
+        if call in self.c.trained_loaders:  # the project module's own loops say which loaders it trains on
+            return expr in self.c.trained_loaders[call]
         func = call.func
         name = func.value if isinstance(func, cst.Name) else N.attribute_name(func)
         if not name or not N.is_training_function_name(name) or not self.has_updates:
@@ -223,6 +225,8 @@ class FlowBase:
     def external_trainer(self, call: cst.Call, expr: str) -> bool:
         """`Train(model, train_loader, optimizer, ...)` / `Trainer(...)` imported from the project: an
         object built around the loader that trains when one of its methods runs."""
+        if call in self.c.trained_loaders:
+            return expr in self.c.trained_loaders[call]
         name = call.func.value if isinstance(call.func, cst.Name) else N.attribute_name(call.func) or ""
         if not (name[:1].isupper() and ("Train" in name or "Solver" in name)) or not self.has_updates:
             return False

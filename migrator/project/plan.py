@@ -35,6 +35,7 @@ from migrator.types import Change, Diagnostic
 SETUP_CODE = "DDP001"  # the per-file engine set up the process group: the file is an entry point
 SET_EPOCH_CODE = "DDP011"
 UNTRACED_LOADER = "DDP108"  # "no DataLoader of this file feeds the training": project mode may find it
+NO_EPOCH_LOOP = "DDP109"  # "no epoch loop drives this sharded loader": the module's loop may have one
 _ANSWERED = LIBRARY_DECLINES | {MODULE_NEEDS_MIGRATION.code}  # a planned module's per-file declines and hint
 # Words of a module that runs several processes itself (or through a framework): never planned.
 _DISTRIBUTED_WORDS = (
@@ -92,16 +93,17 @@ def plan_project(files: Sequence[ProjectFile], options: Optional[Options] = None
                 roles.setdefault(module, []).append(entry)
             else:
                 outside.setdefault(entry.path, []).append((module, chain))
-    sharded = False
+    made: Dict[str, FrozenSet[str]] = {}  # entry -> the codes its modules got
     for module, reaching in roles.items():
         role = ModuleRole(tuple(e.display for e in reaching), unwrap_keys=not any(_dataparallel_for_good(e.text) for e in reaching))
         current = by_path[module]
         update = _module_update(current, role, options, rewrite)
         if update is not None and (update.changes or update.diagnostics or _ANSWERED & _codes(current)):
             updates[module] = update
-            sharded = sharded or any(c.code == MODULE_SAMPLER.code for c in update.changes)
+            for entry in reaching:
+                made[entry.path] = made.get(entry.path, frozenset()) | {c.code for c in update.changes}
     for entry in entries:
-        updates[entry.path] = _entry_update(entry, outside.get(entry.path, ()), graph, options, rewrite, sharded)
+        updates[entry.path] = _entry_update(entry, outside.get(entry.path, ()), graph, options, rewrite, made.get(entry.path, frozenset()))
     return updates
 
 
@@ -115,7 +117,7 @@ def _module_update(file: ProjectFile, role: ModuleRole, options: Options, rewrit
     return Update(result.code if result.code != source else None, _in_original(result.changes, file), result.diagnostics, _ANSWERED)
 
 
-def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Options, rewrite: bool, sharded: bool) -> Update:
+def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Options, rewrite: bool, made: FrozenSet[str]) -> Update:
     """The script's own loops over loaders built elsewhere get set_epoch (DDP031); the modules it
     trains through that were not given are reported on it (DDP140)."""
     code: Optional[str] = None
@@ -144,8 +146,15 @@ def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Opt
         for change in needs.changes:
             unmet = unmet or change.code == MODULE_SAMPLER.code
             diagnostics.append(_needs(entry, module, chain, change, graph.import_line(entry.path, chain[1])))
-    dropped = frozenset({UNTRACED_LOADER}) if sharded and not unmet else frozenset()
-    return Update(code, changes, tuple(d for d in diagnostics if options.enabled(d.code)), dropped)
+    # The script's "no loader of this file feeds the training" and "no epoch loop drives this
+    # sharded loader" are answered where its modules got the sampler and the set_epoch.
+    made = made | {c.code for c in changes}
+    dropped = set()
+    if MODULE_SAMPLER.code in made and not unmet:
+        dropped.add(UNTRACED_LOADER)
+    if MODULE_SET_EPOCH.code in made:
+        dropped.add(NO_EPOCH_LOOP)
+    return Update(code, changes, tuple(d for d in diagnostics if options.enabled(d.code)), frozenset(dropped))
 
 
 def _dataparallel_module(reached, graph: ProjectGraph) -> Optional[Tuple[str, Tuple[str, ...], int]]:

@@ -93,8 +93,10 @@ MODULE_SET_EPOCH = Rule(
     summary="a training loop over a loader, in a module the training script imports, sets the sampler's epoch",
     what="""
 In project mode, a loop that trains (calls `backward()` or `step()`) over a loader named like one
-(`self.data_loader`, `train_loader`) gets `loader.sampler.set_epoch(epoch)` before it, with the
-epoch number in reach: the method's `epoch` parameter or the enclosing `for epoch in ...` loop.""",
+(`self.data_loader`, `train_loader`, `train_iter`, `dataloader`, directly or through `enumerate`,
+`tqdm` or a `tbar = tqdm(loader)` variable) gets `loader.sampler.set_epoch(epoch)` before it, with
+the epoch number in reach: the method's `epoch` parameter or the enclosing `for epoch in ...` loop.
+The migrated script itself gets it too, for loops over loaders its imported modules build.""",
     why="""
 DistributedSampler shuffles by its seed plus the epoch; unless `set_epoch` moves the epoch on,
 every epoch visits the shards in the same order.""",
