@@ -52,6 +52,7 @@ CODES: Tuple[Tuple[str, str], ...] = (
     ("DDP031", "module-set-epoch"),
     ("DDP032", "module-rank-zero-checkpoint"),
     ("DDP033", "module-checkpoint-keys"),
+    ("DDP034", "module-model-api"),
     ("DDP140", "project-module-needs-migration"),
     ("DDP201", "launch-to-torchrun"),
     ("DDP202", "drop-use-env"),

@@ -28,6 +28,7 @@ from migrator.bindings import dotted_name
 from migrator.options import Options
 from migrator.project.rules import (
     MODULE_CHECKPOINT_KEYS,
+    MODULE_MODEL_API,
     MODULE_NEEDS_MIGRATION,
     MODULE_RANK_ZERO_SAVE,
     MODULE_SAMPLER,
@@ -36,6 +37,16 @@ from migrator.project.rules import (
 from migrator.types import Change, Diagnostic, Result
 
 DATAPARALLEL_IN_MODULE = "DataParallel in a module a training script imports"  # planning blocks on it
+# What a DDP wrapper answers itself: nn.Module's API (and DDP's). Anything else a module asks of
+# the model it was handed (`model.configure_optimizers`, `model.encoder`) is the user's class's.
+_MODULE_API = frozenset({
+    "module", "no_sync", "training", "train", "eval", "forward", "parameters", "named_parameters", "buffers",
+    "named_buffers", "children", "named_children", "modules", "named_modules", "state_dict", "load_state_dict",
+    "zero_grad", "to", "cuda", "cpu", "half", "float", "double", "bfloat16", "type", "apply", "requires_grad_",
+    "register_buffer", "register_parameter", "register_forward_hook", "register_forward_pre_hook",
+    "register_full_backward_hook", "register_backward_hook", "add_module", "get_submodule", "get_parameter",
+    "share_memory", "extra_repr", "device_ids", "output_device",
+})
 _EPOCH_NAMES = ("epoch", "ep", "cur_epoch", "current_epoch", "epoch_idx", "i_epoch", "epoch_num", "n_epoch")
 _RANK_WORDS = ("rank", "main_process", "is_master", "master", "is_main", "primary")
 _CHECKPOINT_WORDS = ("state", "checkpoint", "ckpt", "model", "net", "weights")
@@ -55,7 +66,7 @@ class ModuleRole:
     """
 
     entries: Tuple[str, ...]
-    pieces: Tuple[str, ...] = ("DDP030", "DDP031", "DDP032", "DDP033")
+    pieces: Tuple[str, ...] = ("DDP030", "DDP031", "DDP032", "DDP033", "DDP034")
     unwrap_keys: bool = True
 
 
@@ -70,7 +81,7 @@ def migrate_module(source: str, role: ModuleRole, options: Optional[Options] = N
 
 
 def _migrate_module(source: str, options: Options, role: ModuleRole, rewrite: bool) -> Result:
-    if not any(word in source for word in ("DataLoader", "loader", "save", "state_dict")):
+    if not any(word in source for word in ("DataLoader", "loader", "save", "state_dict", "model", "net", "iter", "data")):
         return Result(code=source, original=source)
     module = cst.parse_module(source)
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
@@ -124,9 +135,15 @@ class _Finder:
         if self._on(MODULE_CHECKPOINT_KEYS.code) and role.unwrap_keys and ".module." not in self.module.code:
             for call in calls:
                 self._keys(call)
+        if self._on(MODULE_MODEL_API.code) and role.unwrap_keys and ".module." not in self.module.code:
+            for node in list(self.parents):
+                if isinstance(node, cst.Attribute) and node not in demo:
+                    self._model_api(node)
+            for call in calls:
+                self._model_type(call)
 
     def _on(self, code: str) -> bool:
-        rule = {r.code: r for r in (MODULE_SAMPLER, MODULE_SET_EPOCH, MODULE_RANK_ZERO_SAVE, MODULE_CHECKPOINT_KEYS)}[code]
+        rule = {r.code: r for r in (MODULE_SAMPLER, MODULE_SET_EPOCH, MODULE_RANK_ZERO_SAVE, MODULE_CHECKPOINT_KEYS, MODULE_MODEL_API)}[code]
         return code in self.role.pieces and self.options.enabled(code, rule.name)
 
     # ----------------------------------------------------------------- DDP030
@@ -311,7 +328,42 @@ class _Finder:
         self._change(MODULE_CHECKPOINT_KEYS.code, call,
                      f"`{receiver}.{func.attr.value}()` through `.module` when it is wrapped in DDP (the original keys)")
 
-    def _handed_over(self, call: cst.Call, receiver: str) -> bool:
+    # ----------------------------------------------------------------- DDP034
+    def _model_api(self, attribute: cst.Attribute) -> None:
+        """`self.model.encoder`, `model.configure_optimizers(cfg)`: what the user's class defines is
+        not on the DDP wrapper (only nn.Module's own API is)."""
+        name = attribute.attr.value
+        if name in _MODULE_API or name.startswith("__"):
+            return
+        receiver = dotted_name(attribute.value)
+        if receiver is None or not _model_like(receiver) or not self._handed_over(attribute, receiver):
+            return
+        if isinstance(self.parents.get(attribute), (cst.AssignTarget, cst.AugAssign)):
+            return  # `self.model.tag = x`: set on whatever it is, read back the same way
+        bare = f"({receiver}.module if isinstance({receiver}, {self.names.ddp}) else {receiver})"
+        self.plan.replace(attribute, lambda updated: updated.with_changes(value=cst.parse_expression(bare)))
+        self.names.need(self.plan, ddp=True)
+        self._change(MODULE_MODEL_API.code, attribute,
+                     f"`{receiver}.{name}` through `.module` when it is wrapped in DDP (DDP does not forward it)")
+
+    def _model_type(self, call: cst.Call) -> None:
+        """`type(self.model).__name__` (a checkpoint's "arch"), `isinstance(model, MyNet)`: the
+        user's class, not DistributedDataParallel."""
+        if not (isinstance(call.func, cst.Name) and call.func.value in ("type", "isinstance") and call.args):
+            return
+        receiver = dotted_name(call.args[0].value)
+        if receiver is None or not _model_like(receiver) or not self._handed_over(call, receiver):
+            return
+        if call.func.value == "isinstance" and len(call.args) > 1 and "DataParallel" in _code(call.args[1].value):
+            return  # asks about the wrapper itself
+        bare = f"{receiver}.module if isinstance({receiver}, {self.names.ddp}) else {receiver}"
+        first = call.args[0]
+        self.plan.replace(call, lambda updated: updated.with_changes(
+            args=[updated.args[0].with_changes(value=cst.parse_expression(bare)), *updated.args[1:]]))
+        self.names.need(self.plan, ddp=True)
+        self._change(MODULE_MODEL_API.code, first, f"`{call.func.value}({receiver})` asks about the model's class, not DDP's")
+
+    def _handed_over(self, call: cst.CSTNode, receiver: str) -> bool:
         """`self.model` or a parameter of the function: a model that may come from the training
         script (wrapped in DDP). A model the function builds itself (`model = ResNet(); model.load_state_dict(...)`)
         never is."""

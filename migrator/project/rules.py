@@ -302,3 +302,59 @@ def make_loader(args):
 )
 
 RULES = (MODULE_SAMPLER, MODULE_SET_EPOCH, MODULE_RANK_ZERO_SAVE, MODULE_CHECKPOINT_KEYS, MODULE_NEEDS_MIGRATION)
+
+MODULE_MODEL_API = Rule(
+    code="DDP034",
+    name="module-model-api",
+    summary="a module the training script imports reaches the model's own methods and submodules through `.module`",
+    what="""
+In project mode, a module that a migrated training script imports uses what the user's model
+class defines on the model it is handed (`self.model.encoder`, `model.configure_optimizers(cfg)`,
+`self.model.get_1x_lr_params()`): it goes through `.module` when the model is wrapped in DDP.""",
+    why="""
+DistributedDataParallel forwards the forward pass and nn.Module's own API (parameters,
+state_dict, train/eval, to), not the attributes of the class it wraps: `ddp.encoder` raises
+AttributeError the first time the trainer runs on the migrated script.""",
+    fix="`(model.module if isinstance(model, DDP) else model).encoder`.",
+    fix_safety="""
+Safe: a model that is not wrapped is used as before. Left alone in a module that spells
+`.module.` itself (written for DataParallel, which has the same limits) and for a script whose
+model was wrapped in DataParallel for good.""",
+    fixable=True,
+    examples=(
+        Example(
+            id="trainer-asks-the-model",
+            before='''import torch
+
+
+class Trainer:
+    def __init__(self, model, config):
+        self.model = model
+        self.optimizer = self.model.configure_optimizers(config)
+''',
+            after='''import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Trainer:
+    def __init__(self, model, config):
+        self.model = model
+        self.optimizer = (self.model.module if isinstance(self.model, DDP) else self.model).configure_optimizers(config)
+''',
+        ),
+        Example(
+            id="module-api-is-forwarded",
+            before='''import torch
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+''',
+            fires=False,
+        ),
+    ),
+)
+
+RULES = RULES[:4] + (MODULE_MODEL_API,) + RULES[4:]

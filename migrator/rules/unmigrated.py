@@ -306,6 +306,19 @@ def _training_elsewhere(module: cst.Module, imports: Dict[str, str]) -> Optional
     """
     builders = _constructors(module)
     calls = list(descendants(module, cst.Call))
+    # `trainer = Trainer(config, model, data)` from the project, then `trainer.run()`: that module
+    # trains, whatever its method is called (minGPT's Trainer.run, a Solver.solve).
+    for call in reversed(calls):  # the last call on it runs the training (`trainer.run()` after set-up calls)
+        if not isinstance(call.func, cst.Attribute):
+            continue
+        receiver = code_of(call.func.value)
+        built_by = builders.get(receiver, "")
+        origin = _origin(built_by, imports) if ("Trainer" in built_by or "Solver" in built_by) else None
+        if origin:
+            return (
+                f"`{_short(call)}` trains through `{receiver}`, a `{built_by}` from module `{origin}`; the "
+                f"optimizer and the loop live there: run ddp-migrate on the project (or migrate `{origin}`)"
+            )
     methods = [c for c in calls if attribute_name(c.func) in TRAINING_METHODS and _is_training_call(c)]
     methods.sort(key=lambda c: attribute_name(c.func) == "train")
     for call in methods:
