@@ -18,7 +18,7 @@ WITH_TORCH = ("optim", "DataParallel", "backward", ".train(", ".learn(", ".fit("
 
 # `from train_eval import train`, `from engine import train_one_epoch`: a script that hands its
 # model to a project module that trains it (migrator.analysis.project_training).
-_IMPORTED_TRAINING = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t][^\n]*\b(?:train|fit)\w*", re.M)
+_IMPORTED_TRAINING = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t][^\n]*\b(?:train|fit)\w*", re.M | re.I)
 
 # Launcher files (shell, Make, YAML, ...) are candidates when they mention the launcher modules.
 LAUNCHER = "torch.distributed"

@@ -32,6 +32,8 @@ class _Collector(NameIndex):
         self.trained_arguments: Dict[cst.Call, List[cst.BaseExpression]] = {}
         # ... and the loaders it trains on, where its loops say so: call -> their code
         self.trained_loaders: Dict[cst.Call, List[str]] = {}
+        # ... and those that move the model to a device themselves (`self.model = model.to(device)`)
+        self.trained_moves: Set[cst.Call] = set()
         self.cuda_calls: List[cst.Call] = []
         self.device_strings: List[cst.SimpleString] = []
         self.cuda_templates: List[cst.CSTNode] = []  # "cuda:{}".format(i), "cuda:%d" % i, f"cuda:{i}"
@@ -207,8 +209,9 @@ def analyze(module: cst.Module, context: Optional[FileContext] = None) -> Script
         from migrator.analysis.project_training import trained_arguments
 
         trained = trained_arguments(collector, context)
-        collector.trained_arguments = {call: models for call, (models, _) in trained.items()}
-        collector.trained_loaders = {call: loaders for call, (_, loaders) in trained.items() if loaders}
+        collector.trained_arguments = {call: models for call, (models, _, _) in trained.items()}
+        collector.trained_loaders = {call: loaders for call, (_, loaders, _) in trained.items() if loaders}
+        collector.trained_moves = {call for call, (_, _, moves) in trained.items() if moves}
         collector.optimizer_helpers += [call for call in collector.trained_arguments if call not in collector.optimizer_helpers]
     return _Analysis(module, collector, context).facts()
 

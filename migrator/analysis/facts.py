@@ -70,6 +70,8 @@ class ModelFact:
     device_unknown: bool = False  # built by a helper that may or may not move it (`get_network(args)`)
     held_by: Optional[str] = None  # a module built from it before the wrap, and trained through: `seg = Seq(enc, dec)`
     moved_later: Optional[cst.Call] = None  # not moved before the wrap, but by a function it is passed to
+    # not moved here, but by the project trainer it is handed to: the wrap moves it to this process's device
+    move_to_local: bool = False
 
 
 @dataclass(frozen=True)

@@ -102,6 +102,11 @@ def trained_models(self, dp_sites, ddp_targets: Set[str]) -> Tuple[ModelFact, ..
                 wrap_after = self.after_branches(stripped, anchor, wrap_after)
             dp = None if stripped else next((s for s in sites if s.target == expr), None)
             moved = self.moved_before_wrap(definition, anchor, wrap_after) if anchor is not None else True
+            # Handed to a project trainer that moves it (minGPT's `self.model = self.model.to(self.device)`):
+            # moved to this process's device before the wrap, so the trainer's move finds it there.
+            handed_to_mover = not moved and any(
+                expr in (code_of(v) for v in self.c.trained_arguments.get(call, ())) for call in self.c.trained_moves
+            )
             # A later move (`if args.half: model.half()`) pushed the wrap below a load that expected
             # DataParallel's `module.` keys: that load now runs on the bare model, so the script's
             # saves must drop the prefix too (DDP014), or it could not resume from its own checkpoints.
@@ -122,7 +127,8 @@ def trained_models(self, dp_sites, ddp_targets: Set[str]) -> Tuple[ModelFact, ..
                 held_by=self.held_before_wrap(expr, definition, wrap_after) if definition is not None else None,
                 device_unknown=definition is not None and self.built_by_helper(definition) and not self.moves_itself(expr, definition),
                 optional=definition is not None and self.assigned_none(expr, definition),
-                moved_later=None if moved else self.moved_in_callee(expr, definition),
+                moved_later=None if moved or handed_to_mover else self.moved_in_callee(expr, definition),
+                move_to_local=handed_to_mover,
             )
     return tuple(models.values())
 

@@ -26,15 +26,17 @@ _SUMMARIES: Dict[Tuple[Tuple[str, ...], str], Dict[str, Tuple[str, ...]]] = {}
 
 
 LOADER = "loader:"  # a summary entry for a parameter the callee trains on (its training loader)
+MOVED = "moved:"  # ... for a trained parameter the callee moves to a device (`self.model = model.to(device)`)
 
 
-def trained_arguments(analysis_c, context: Optional[FileContext]) -> Dict[cst.Call, Tuple[List[cst.BaseExpression], List[str]]]:
+def trained_arguments(analysis_c, context: Optional[FileContext]) -> Dict[cst.Call, Tuple[List[cst.BaseExpression], List[str], bool]]:
     """Calls to project functions/classes that train an argument: call -> (the models passed, the
-    code of the loaders passed where the callee loops over them to train; empty when not known)."""
+    code of the loaders passed where the callee loops over them to train (empty when not known),
+    whether the callee moves the model to a device itself)."""
     if context is None or context.modules is None:
         return {}
     imported = _imported_names(analysis_c.import_statements, context.package)
-    found: Dict[cst.Call, Tuple[List[cst.BaseExpression], List[str]]] = {}
+    found: Dict[cst.Call, Tuple[List[cst.BaseExpression], List[str], bool]] = {}
     for call in analysis_c.calls:
         dotted = dotted_name(call.func)
         if not dotted:
@@ -46,10 +48,10 @@ def trained_arguments(analysis_c, context: Optional[FileContext]) -> Dict[cst.Ca
         qualified = f"{source}.{rest}" if rest else source
         trained = _trained_parameters(context.modules, qualified)
         if trained:
-            models = _arguments_for(call, tuple(p for p in trained if not p.startswith(LOADER)))
+            models = _arguments_for(call, tuple(p for p in trained if not p.startswith((LOADER, MOVED))))
             loaders = _arguments_for(call, tuple(p[len(LOADER):] for p in trained if p.startswith(LOADER)))
             if models:
-                found[call] = (models, [_code(value) for value in loaders])
+                found[call] = (models, [_code(value) for value in loaders], any(p.startswith(MOVED) for p in trained))
     return found
 
 
@@ -141,11 +143,11 @@ def _trained_by(node: ast.stmt, modules: ProjectModules, dotted: str, tree: ast.
         params = [a.arg for a in init.args.args][1:]
         mapped = []
         for entry in inherited:  # by name: `def __init__(self, model, ...): super().__init__(model)`
-            prefix = LOADER if entry.startswith(LOADER) else ""
+            prefix = next((p for p in (LOADER, MOVED) if entry.startswith(p)), "")
             name = entry[len(prefix):]
             if not name.startswith("#") and name in params:
                 mapped += [prefix + name, f"{prefix}#{params.index(name)}"]
-        return tuple(mapped) if any(not m.startswith(LOADER) for m in mapped) else ()
+        return tuple(mapped) if any(not m.startswith((LOADER, MOVED)) for m in mapped) else ()
     return ()
 
 
@@ -215,8 +217,15 @@ def _from_function(fn: ast.FunctionDef, skip_self: bool, scope: Optional[ast.AST
         name = kept.get(iterated, iterated) if iterated else None
         if name in names and name not in loaders and name not in trained:
             loaders.append(name)
+    moved = []
+    for sub in ast.walk(scope or fn) if trained else ():
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in ("to", "cuda"):
+            owner = _dotted(sub.func.value)
+            name = kept.get(owner, owner) if owner else None
+            if name in trained and name not in moved:
+                moved.append(name)
     out = []
-    for prefix, found in (("", trained), (LOADER, loaders)):
+    for prefix, found in (("", trained), (LOADER, loaders), (MOVED, moved)):
         for name in found:
             out.append(prefix + name)
             if name in params:
@@ -240,6 +249,8 @@ def _optimized_owner(node: ast.AST) -> Optional[str]:
     """`model` in `optim.Adam(model.parameters(), ...)` (or `filter(..., model.parameters())` in it)."""
     if not isinstance(node, ast.Call):
         return None
+    if isinstance(node.func, ast.Attribute) and node.func.attr == "configure_optimizers":
+        return _dotted(node.func.value)  # minGPT / Lightning style: the model builds its own optimizer
     func = _dotted(node.func) or ""
     if "optim" not in func.lower() and not func.split(".")[-1] in ("Adam", "AdamW", "SGD", "RMSprop", "Adagrad"):
         return None

@@ -371,7 +371,11 @@ class _Finder:
         if root == "self":
             return True
         function = self._enclosing(call, cst.FunctionDef)
-        return function is not None and root in {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
+        if function is None:
+            return False
+        if root in {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}:
+            return True
+        return root in _aliases_of_self(function)
 
     # ----------------------------------------------------------------- helpers
     def _statement(self, node: cst.CSTNode) -> Optional[cst.SimpleStatementLine]:
@@ -464,7 +468,12 @@ def _with_sampler(shuffle: cst.Arg, new_shuffle: str, name: str):
         stars = [i for i, arg in enumerate(args) if arg.star == "**"]
         at = stars[0] if stars else len(args)
         comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        if at == len(args):  # after the last argument: it gets the comma, the new one keeps its (none)
+        last_comma = args[-1].comma if args else cst.MaybeSentinel.DEFAULT
+        if at == len(args) and isinstance(last_comma, cst.Comma) and len(args) > 1:
+            # One argument per line with a trailing comma: the new one gets a line of its own, like them.
+            args[-1] = args[-1].with_changes(comma=args[-2].comma)
+            args.append(sampler.with_changes(comma=last_comma))
+        elif at == len(args):  # after the last argument: it gets the comma, the new one keeps its (none)
             args[-1] = args[-1].with_changes(comma=comma)
             args.append(sampler)
         else:
@@ -472,6 +481,24 @@ def _with_sampler(shuffle: cst.Arg, new_shuffle: str, name: str):
         return updated.with_changes(args=args)
 
     return replace
+
+
+def _aliases_of_self(function: cst.FunctionDef) -> Set[str]:
+    """Locals bound to an attribute of `self`: `model = self.model`, `model, config = self.model, self.config`."""
+    found: Set[str] = set()
+    for node in _walk(function.body):
+        if not isinstance(node, cst.Assign) or len(node.targets) != 1:
+            continue
+        target, value = node.targets[0].target, node.value
+        pairs = []
+        if isinstance(target, cst.Name):
+            pairs = [(target, value)]
+        elif isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple) and len(target.elements) == len(value.elements):
+            pairs = [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
+        for name, bound in pairs:
+            if isinstance(name, cst.Name) and (dotted_name(bound) or "").startswith("self."):
+                found.add(name.value)
+    return found
 
 
 def _main_guards(module: cst.Module) -> List[cst.If]:

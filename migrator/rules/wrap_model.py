@@ -157,7 +157,7 @@ def _wrap_statement(facts: ScriptFacts, model: ModelFact, inner: str = "") -> li
         # A helper built it (`net = get_network(args)` moves it only `if args.gpu`): its parameters say
         # where it is; DDP refuses device_ids for a CPU module on a GPU machine.
         device_ids = _build.device_ids(facts, model.scope, cuda_condition=f"next({model.expr}.parameters()).is_cuda")
-    elif model.moved or model.device_expr or model.cuda_condition:
+    elif model.moved or model.device_expr or model.cuda_condition or model.move_to_local:
         device_ids = _build.device_ids(facts, model.scope, model.device_expr, model.cuda_condition)
     else:
         # Nothing moves it: it stays on the CPU even on a GPU machine, where DDP refuses device_ids.
@@ -166,6 +166,10 @@ def _wrap_statement(facts: ScriptFacts, model: ModelFact, inner: str = "") -> li
     if model.optional and not inner:
         text = f"if {model.expr} is not None:\n\t{text}"
     statements = _build.statements(facts, text)
+    if model.move_to_local and not inner:
+        torch = facts.names.torch
+        rank = "local_rank" if facts.local_rank_visible(model.scope) else f"{torch}.cuda.current_device()"
+        inner = f'{model.expr}.to({torch}.device("cuda", {rank}) if {torch}.cuda.is_available() else {torch}.device("cpu"))'
     if inner:
         statements = [_with_inner(statements[0], inner)]
     return statements
