@@ -354,8 +354,10 @@ class _Finder:
         receiver = dotted_name(call.args[0].value)
         if receiver is None or not _model_like(receiver) or not self._handed_over(call, receiver):
             return
-        if call.func.value == "isinstance" and len(call.args) > 1 and "DataParallel" in _code(call.args[1].value):
-            return  # asks about the wrapper itself
+        if call.func.value == "isinstance" and len(call.args) > 1 and (
+            "DataParallel" in _code(call.args[1].value) or _code(call.args[1].value) in (self.names.ddp, "DDP")
+        ):
+            return  # asks about the wrapper itself (ours included: `x.module if isinstance(x, DDP) else x`)
         bare = f"{receiver}.module if isinstance({receiver}, {self.names.ddp}) else {receiver}"
         first = call.args[0]
         self.plan.replace(call, lambda updated: updated.with_changes(
