@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
@@ -139,6 +139,14 @@ def migrate_launcher(text: str, kind: str, options: Optional[Options] = None) ->
     metavar="FILE",
     help="Read settings from FILE (a pyproject.toml, or TOML with the keys at the top level).",
 )
+@click.option(
+    "--batch",
+    type=click.Choice(["global", "per-process"]),
+    default=None,
+    help="global: each training loader's batch_size is divided by the number of processes (the global batch "
+    "stays); per-process: kept (the global batch grows N times). Default: global for a DataParallel script, "
+    "per-process for a single-GPU one.",
+)
 @click.option("--isolated", is_flag=True, help="Ignore every configuration file.")
 @click.option(
     "--output-format",
@@ -190,6 +198,7 @@ def cli(
     extend_exclude: Tuple[str, ...],
     force_exclude: bool,
     config_path: Optional[Path],
+    batch: Optional[str],
     isolated: bool,
     output_format: str,
     jobs: Optional[int],
@@ -240,7 +249,7 @@ def cli(
         config = discover_config(config_paths, config_path, isolated)
     except ConfigError as exc:
         raise UsageError(str(exc), prefix="") from None
-    options = resolve_rules(config.rules, cli_rules)
+    options = replace(resolve_rules(config.rules, cli_rules), batch=batch or config.batch)
 
     report = Report(mode)
     show = _Show(mode, output_format, out=out, err=err, quiet=quiet, verbose=verbose)

@@ -15,6 +15,7 @@ CODES: Tuple[Tuple[str, str], ...] = (
     ("DDP004", "destroy-process-group"),
     ("DDP018", "download-once"),
     ("DDP010", "distributed-sampler"),
+    ("DDP019", "global-batch"),
     ("DDP011", "set-epoch"),
     ("DDP012", "rank-zero-checkpoint"),
     ("DDP013", "rank-zero-logging"),

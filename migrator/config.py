@@ -5,6 +5,7 @@
     ignore = ["rank-zero-logging"]
     exclude = ["third_party/"]          # gitignore-style, relative to this file; replaces the default
     extend-exclude = ["*_pb2.py"]       # added to `exclude` (or to the default)
+    batch = "global"                    # or "per-process": what a sharded training loader's batch_size means
 
 The file is the nearest pyproject.toml with a `[tool.ddp-migrate]` table, searched upward from the
 first PATH (or the working directory), stopping at a repository root (a folder holding `.git`) or
@@ -25,13 +26,13 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from migrator.codes import BY_NAME, CODES
 from migrator.errors import ConfigError
-from migrator.options import Options
+from migrator.options import BATCH_MODES, Options
 
 TABLE = "ddp-migrate"
 PYPROJECT = "pyproject.toml"
 
 #: Keys of the table; `extend-select` / `extend-ignore` mean what they mean on the command line.
-KEYS = ("select", "ignore", "extend-select", "extend-ignore", "exclude", "extend-exclude")
+KEYS = ("select", "ignore", "extend-select", "extend-ignore", "exclude", "extend-exclude", "batch")
 
 ALL_CODES: Tuple[str, ...] = tuple(code for code, _ in CODES)
 
@@ -61,6 +62,7 @@ class Config:
     rules: RuleSelection = field(default_factory=RuleSelection)
     exclude: Optional[Tuple[str, ...]] = None
     extend_exclude: Tuple[str, ...] = ()
+    batch: Optional[str] = None  # "global" | "per-process" (Options.batch)
 
     @property
     def root(self) -> Optional[Path]:
@@ -213,7 +215,11 @@ def _config(path: Path, table: Dict[str, Any], where: str) -> Config:
         extend_select=selectors("extend-select") or (),
         extend_ignore=selectors("extend-ignore") or (),
     )
-    return Config(path, rules, strings("exclude"), strings("extend-exclude") or ())
+    batch = table.get("batch")
+    if batch is not None and batch not in BATCH_MODES:
+        shown = repr(batch) if isinstance(batch, str) else _toml_type(batch)
+        raise ConfigError(f"{prefix}batch must be one of {', '.join(repr(m) for m in BATCH_MODES)}, not {shown}")
+    return Config(path, rules, strings("exclude"), strings("extend-exclude") or (), batch)
 
 
 def _toml_type(value: Any) -> str:

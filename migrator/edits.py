@@ -31,6 +31,7 @@ class Plan:
     unused_imports: List[Tuple[str, str, Optional[str]]] = field(default_factory=list)
     changes: List[Change] = field(default_factory=list)
     diagnostics: List[Diagnostic] = field(default_factory=list)
+    batch: Optional[str] = None  # Options.batch: what a sharded loader's batch_size means (rules.global_batch)
 
     def replace(self, node: cst.CSTNode, replacer: Replacer) -> None:
         self.replacements.setdefault(node, []).append(replacer)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -15,6 +15,10 @@ class Options:
 
     select: Tuple[str, ...] = ()
     ignore: Tuple[str, ...] = ()
+    # The global batch (`--batch`): "global" divides each training loader's batch_size by the world
+    # size, "per-process" keeps it (the global batch grows N times); None: "global" for a
+    # DataParallel script (its batch already was the global one), "per-process" otherwise.
+    batch: Optional[str] = None
 
     def enabled(self, code: str, name: str = "") -> bool:
         """Is the rule with this code (and name) selected and not ignored?"""
@@ -25,3 +29,7 @@ class Options:
         if self.select and not any(matches(s) for s in self.select):
             return False
         return not any(matches(s) for s in self.ignore)
+
+
+#: The values of Options.batch (`--batch`, `batch = ...` in [tool.ddp-migrate]).
+BATCH_MODES = ("global", "per-process")

@@ -95,7 +95,9 @@ def plan_project(files: Sequence[ProjectFile], options: Optional[Options] = None
                 outside.setdefault(entry.path, []).append((module, chain))
     made: Dict[str, FrozenSet[str]] = {}  # entry -> the codes its modules got
     for module, reaching in roles.items():
-        role = ModuleRole(tuple(e.display for e in reaching), unwrap_keys=not any(_dataparallel_for_good(e.text) for e in reaching))
+        batch, why = _batch_mode(options, reaching)
+        role = ModuleRole(tuple(e.display for e in reaching), unwrap_keys=not any(_dataparallel_for_good(e.text) for e in reaching),
+                          batch=batch, batch_why=why)
         current = by_path[module]
         update = _module_update(current, role, options, rewrite)
         if update is not None and (update.changes or update.diagnostics or _ANSWERED & _codes(current)):
@@ -233,6 +235,29 @@ def _plannable(path: str, text: Optional[str]) -> bool:
     if text is None or FileContext(path=path).is_test_module:
         return False
     return not any(word in text for word in _DISTRIBUTED_WORDS)
+
+
+def _batch_mode(options: Options, reaching: Sequence[ProjectFile]) -> Tuple[str, str]:
+    """--batch for the loaders of a module: the option, else "global" when a script that trains
+    through it wrapped its model in DataParallel (as rules.global_batch decides per file)."""
+    if options.batch is not None:
+        return options.batch, f"--batch {options.batch}"
+    if any(_calls_dataparallel(e.text) for e in reaching):
+        return "global", "the default for a DataParallel script: its batch already was the global one"
+    return "per-process", "the default for a single-GPU script"
+
+
+def _calls_dataparallel(text: str) -> bool:
+    if "DataParallel" not in text:
+        return False
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return any(
+        isinstance(node, ast.Call) and (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) == "DataParallel"
+        for node in ast.walk(tree)
+    )
 
 
 def _dataparallel_for_good(text: str) -> bool:

@@ -68,6 +68,8 @@ class ModuleRole:
     entries: Tuple[str, ...]
     pieces: Tuple[str, ...] = ("DDP030", "DDP031", "DDP032", "DDP033", "DDP034")
     unwrap_keys: bool = True
+    batch: str = "per-process"  # Options.batch as it applies to the scripts (rules.global_batch)
+    batch_why: str = ""
 
 
 def migrate_module(source: str, role: ModuleRole, options: Optional[Options] = None, rewrite: bool = True) -> Result:
@@ -188,7 +190,30 @@ class _Finder:
         new_shuffle = f"{name} is None" if _is_true(shuffle.value) else f"{_code(shuffle.value)} and {name} is None"
         self.plan.replace(call, _with_sampler(shuffle, new_shuffle, name))
         self.names.need(self.plan, dist=True, sampler=True)
-        self._change(MODULE_SAMPLER.code, call, f"DistributedSampler for the shuffled DataLoader (`{name}`), when a process group is set up")
+        split = (self._split_batch(call, statement, name) if self.role.batch == "global" else
+                 f"; its batch size stays per process, the global batch grows with the processes ({self.role.batch_why}; "
+                 "--batch global keeps it)" if self.role.batch_why else "")
+        self._change(MODULE_SAMPLER.code, call, f"DistributedSampler for the shuffled DataLoader (`{name}`), when a process group is set up{split}")
+
+    def _split_batch(self, call: cst.Call, statement: cst.SimpleStatementLine, sampler: str) -> str:
+        """--batch global (migrator.rules.global_batch) in a module: the sharded loader's batch_size
+        becomes this process's part of the global batch, under a process group only."""
+        from migrator.rules.global_batch import _plain, batch_argument
+
+        argument = batch_argument(call)
+        if argument is None or not _plain(argument.value):
+            self._report(call, "--batch global: this loader's batch size is "
+                               f"{'an expression' if argument is not None else 'DataLoader default of 1'}, so it stays per "
+                               "process and the global batch grows with the number of processes; split it by hand")
+            return ""
+        size, world = _code(argument.value), f"{self.names.dist}.get_world_size()"
+        check = cst.parse_statement(
+            f"if {sampler} is not None and {size} % {world}:  # the global batch is split over the processes\n"
+            f"    raise SystemExit(\"batch size %d does not split evenly over %d processes: pick one that divides it\" % ({size}, {world}))\n")
+        self.plan.insert_before(statement, [check])
+        self.plan.replace(argument, lambda updated: updated.with_changes(
+            value=cst.parse_expression(f"{_code(updated.value)} // {world} if {sampler} is not None else {_code(updated.value)}")))
+        return f"; batch size {size} kept as the global batch ({self.role.batch_why})"
 
     def _is_dataloader(self, call: cst.Call) -> bool:
         dotted = dotted_name(call.func) or ""

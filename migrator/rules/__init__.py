@@ -21,6 +21,7 @@ from migrator.rules import (
     directories,
     distributed_bugs,
     downloads,
+    global_batch,
     launch_calls,
     legacy_launch,
     local_rank,
@@ -45,6 +46,7 @@ FIXERS: Tuple[Tuple[Rule, Planner], ...] = (
     (shutdown.RULE, shutdown.plan),
     (downloads.RULE, downloads.plan),  # before the sampler: its barrier precedes a data set the sampler hoists
     (sampler.RULE, sampler.plan),
+    (global_batch.RULE, global_batch.plan),  # after the sampler: both edit the loader call
     (set_epoch.RULE, set_epoch.plan),
     (rank_zero.CHECKPOINT, rank_zero.plan_checkpoints),
     (rank_zero.LOGGING, rank_zero.plan_logging),

@@ -16,6 +16,7 @@ from migrator.names import attribute_name
 from migrator.tree import descendants
 from migrator.edits import Plan
 from migrator.rule import Rule
+from migrator.rules import global_batch
 from migrator.rules.caveats.ranks import EVAL_SHARDED, RANK_DIVERGENCE
 from migrator.rules.caveats.scaling import ACCUMULATION, GLOBAL_BATCH, SYNC_BATCHNORM
 from migrator.rules.process_group import needs_setup
@@ -28,14 +29,19 @@ RULES = (GLOBAL_BATCH, EVAL_SHARDED, ACCUMULATION, SYNC_BATCHNORM, RANK_DIVERGEN
 def plan(facts: ScriptFacts, plan: Plan) -> None:
     migrating = needs_setup(facts)
     if migrating:
+        mode, why = global_batch.batch_mode(facts, plan)
         for loader in facts.loaders:
             if shards(loader):
-                _report(facts, plan, GLOBAL_BATCH, loader.call)
+                message = _batch_message(facts, loader, mode, why)
+                if message is not None:
+                    _report(facts, plan, GLOBAL_BATCH, loader.call, message)
         for node in facts.accumulation_steps:
             _report(facts, plan, ACCUMULATION, node)
         if facts.batchnorm_layers and not facts.converts_sync_batchnorm:
             _report(facts, plan, SYNC_BATCHNORM, facts.batchnorm_layers[0])
-        for statement, scaled in facts.batch_scalings:
+        # With --batch global the loader splits `batch_size * gpu_count` over the processes again:
+        # the product stays the global batch, as under DataParallel. Per process, it is said.
+        for statement, scaled in facts.batch_scalings if mode != global_batch.GLOBAL else ():
             line, col = facts.line_col(statement)
             plan.diagnostics.append(Diagnostic(GLOBAL_BATCH.code, line, col, (
                 f"`{scaled}` is multiplied by the GPU count (a DataParallel habit: one process split it over the GPUs); "
@@ -103,6 +109,26 @@ def _combines_ranks(module: cst.Module) -> bool:
         if any(word in name for word in _COMBINING_WORDS):
             return True
     return False
+
+
+def _batch_message(facts: ScriptFacts, loader, mode: str, why: str) -> Optional[str]:
+    """DDP120 for a sharded loader: none when DDP019 kept the global batch; else the factor, the
+    mode and why (or why the batch could not be split)."""
+    if mode == global_batch.GLOBAL:
+        if not facts.after_setup(loader.call):
+            return None  # not sharded either: DDP108 says why
+        if global_batch.splittable(loader) is not None:
+            return None
+        argument = global_batch.batch_argument(loader.call)
+        reason = (f"its batch size `{code_of(argument.value)}` is an expression (split it by hand: `// dist.get_world_size()`)"
+                  if argument is not None else "it uses DataLoader's default batch_size of 1")
+        return (f"the global batch is now batch_size x world_size: --batch global could not split this loader's batch, "
+                f"{reason}")
+    if global_batch.dataparallel_script(facts):
+        return (f"the global batch is now batch_size x world_size ({why}): DataParallel split this batch over the "
+                "GPUs, each process now loads all of it; --batch global keeps the original global batch")
+    return (f"the global batch is now batch_size x world_size ({why}): scale the learning rate, or run ddp-migrate "
+            "with --batch global to keep the original global batch")
 
 
 def _report(facts: ScriptFacts, plan: Plan, rule: Rule, node, message: Optional[str] = None) -> None:

@@ -73,15 +73,19 @@ GLOBAL_BATCH = Rule(
     name="global-batch-size",
     summary="the global batch is now batch_size x world_size: scale the learning rate or divide the batch",
     what="""
-Reported at every training loader the migration shards, and where a DataParallel-era script
-multiplies its batch size by the GPU count (`batch_size * torch.cuda.device_count()`), which under
+Reported at every training loader the migration shards whose batch_size stays per process:
+with `--batch per-process` (the default for a single-GPU script), or when `--batch global` (the
+default for a DataParallel script, DDP019) cannot split it (a batch size computed inline,
+DataLoader's default of 1). Also where a DataParallel-era script multiplies its batch size by the
+GPU count (`batch_size * torch.cuda.device_count()`) and the batch stays per process, which under
 DDP makes every process's batch that large.""",
     why="""
 Each of N processes takes `batch_size` samples per step, so one optimizer step now sees N times
 as many samples and an epoch has N times fewer steps. With the old learning rate and schedule
 the model trains differently than before.""",
-    fix="""Either keep the global batch (pass `batch_size // world_size`) or scale the learning rate
-(linear scaling: `lr * world_size`, with warmup) and shorten step-based schedules.""",
+    fix="""Either keep the global batch (`--batch global`, or pass `batch_size // world_size` yourself)
+or scale the learning rate (linear scaling: `lr * world_size`, with warmup) and shorten step-based
+schedules.""",
     fix_safety="Not fixable automatically: it is a training decision.",
     fixable=False,
     examples=(
@@ -129,7 +133,9 @@ if __name__ == "__main__":
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     dataset = TensorDataset(torch.randn(64, 4))
     sampler = DistributedSampler(dataset, shuffle=True)
-    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+    if batch_size % dist.get_world_size():  # the global batch is split over the processes
+        raise SystemExit("batch size %d does not split evenly over %d processes: pick one that divides it" % (batch_size, dist.get_world_size()))
+    loader = DataLoader(dataset, batch_size=batch_size // dist.get_world_size(), sampler=sampler)
     try:
         for epoch in range(2):
             sampler.set_epoch(epoch)
@@ -139,7 +145,7 @@ if __name__ == "__main__":
     finally:
         dist.destroy_process_group()
 ''',
-            diagnostics=("DDP120",),
+            fires=False,  # a DataParallel script: --batch global splits the product again (DDP019)
         ),
         Example(
             id="batch-size-per-process",
