@@ -17,6 +17,7 @@ CODES: Tuple[Tuple[str, str], ...] = (
     ("DDP010", "distributed-sampler"),
     ("DDP019", "global-batch"),
     ("DDP011", "set-epoch"),
+    ("DDP022", "no-sync-accumulation"),
     ("DDP012", "rank-zero-checkpoint"),
     ("DDP013", "rank-zero-logging"),
     ("DDP014", "checkpoint-keys"),

@@ -26,6 +26,8 @@ class Plan:
     before: Dict[cst.CSTNode, List[cst.BaseStatement]] = field(default_factory=dict)
     after: Dict[cst.CSTNode, List[cst.BaseStatement]] = field(default_factory=dict)
     wrap_tail: Dict[cst.CSTNode, Tuple[cst.CSTNode, List[cst.BaseStatement]]] = field(default_factory=dict)
+    # block -> [(first, last, `with` header)]: statements first..last of the block run under the `with`
+    wrap_with: Dict[cst.CSTNode, List[Tuple[cst.CSTNode, cst.CSTNode, str]]] = field(default_factory=dict)
     guards: Dict[cst.CSTNode, str] = field(default_factory=dict)  # statement -> condition it runs under
     imports: List[Tuple[str, Optional[str], Optional[str]]] = field(default_factory=list)  # module, obj, asname
     unused_imports: List[Tuple[str, str, Optional[str]]] = field(default_factory=list)
@@ -46,6 +48,10 @@ class Plan:
         """Run `block` from `first` to its end in `try:`, with `final` in `finally:`."""
         self.wrap_tail[block] = (first, list(final))
 
+    def with_block(self, block: cst.CSTNode, first: cst.CSTNode, last: cst.CSTNode, header: str) -> None:
+        """Run statements `first` to `last` of `block` inside `with <header>:` (edits to them kept)."""
+        self.wrap_with.setdefault(block, []).append((first, last, header))
+
     def guard(self, statement: cst.CSTNode, condition: str) -> None:
         """Run `statement` only when `condition` holds; neighbours with the same condition share one `if`."""
         self.guards.setdefault(statement, condition)
@@ -56,7 +62,7 @@ class Plan:
 
     @property
     def empty(self) -> bool:
-        return not (self.replacements or self.before or self.after or self.wrap_tail or self.guards)
+        return not (self.replacements or self.before or self.after or self.wrap_tail or self.guards or self.wrap_with)
 
 
 class _Applier(cst.CSTTransformer):
@@ -66,7 +72,9 @@ class _Applier(cst.CSTTransformer):
         self.indent = indent  # one level, as the file indents: moved backslash continuations shift by it
         self.paths = _paths_to_edits(plan, parents) if parents is not None else None
         self.produced: Dict[cst.CSTNode, cst.CSTNode] = {}  # original statement -> updated statement
-        self.wrap_firsts: Set[cst.CSTNode] = {first for first, _ in plan.wrap_tail.values()}
+        self.wrap_firsts: Set[cst.CSTNode] = {first for first, _ in plan.wrap_tail.values()} | {
+            node for ranges in plan.wrap_with.values() for first, last, _ in ranges for node in (first, last)
+        }
         self.guarded: Dict[cst.CSTNode, str] = {}  # updated statement -> its condition
 
     def on_visit(self, node: cst.CSTNode) -> bool:
@@ -79,6 +87,8 @@ class _Applier(cst.CSTTransformer):
             result = replacer(result)  # type: ignore[assignment]
         if self.guarded and isinstance(result, (cst.IndentedBlock, cst.Module)):
             result = self._merge_guards(result)
+        if original in self.plan.wrap_with:
+            result = self._wrap_with(original, result)
         if original in self.plan.wrap_tail:
             result = self._wrap_tail(original, result)
         if original in self.wrap_firsts:
@@ -113,6 +123,24 @@ class _Applier(cst.CSTTransformer):
                 index += 1
             merged.append(_if_block(condition, [_shift_continuations(s, self.indent) for s in run]))
         return block.with_changes(body=merged)
+
+    def _wrap_with(self, original: cst.CSTNode, updated):
+        body = list(updated.body)
+        for first, last, header in self.plan.wrap_with[original]:
+            start = next((i for i, s in enumerate(body) if s is self.produced.get(first)), None)
+            end = next((i for i, s in enumerate(body) if s is self.produced.get(last)), None)
+            if start is None or end is None or end < start:
+                continue  # a statement of the range was removed or replaced by several: leave the block
+            inner = [_shift_continuations(_unindent_blank_lines(s), self.indent) for s in body[start:end + 1]]
+            leading = inner[0].leading_lines  # a comment above the first statement stays above the `with`
+            inner[0] = inner[0].with_changes(leading_lines=())
+            wrapped = cst.With(
+                items=[cst.WithItem(item=cst.parse_expression(header))],
+                body=cst.IndentedBlock(body=inner),
+                leading_lines=leading,
+            )
+            body[start:end + 1] = [wrapped]
+        return updated.with_changes(body=body)
 
     def _wrap_tail(self, original: cst.CSTNode, updated):
         first, final = self.plan.wrap_tail[original]
@@ -180,7 +208,8 @@ def _if_block(condition: str, statements: List[cst.BaseStatement]) -> cst.If:
 
 def _paths_to_edits(plan: Plan, parents: Mapping[cst.CSTNode, cst.CSTNode]) -> Set[cst.CSTNode]:
     """Every edited node and all its ancestors."""
-    targets = [*plan.replacements, *plan.before, *plan.after, *plan.wrap_tail, *plan.guards]
+    targets = [*plan.replacements, *plan.before, *plan.after, *plan.wrap_tail, *plan.guards, *plan.wrap_with,
+               *(node for ranges in plan.wrap_with.values() for first, last, _ in ranges for node in (first, last))]
     paths: Set[cst.CSTNode] = set()
     for node in targets:
         while node is not None and node not in paths:

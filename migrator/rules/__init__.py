@@ -26,6 +26,7 @@ from migrator.rules import (
     legacy_launch,
     local_rank,
     moved_after_wrap,
+    no_sync,
     process_group,
     rank_zero,
     sampler,
@@ -48,6 +49,7 @@ FIXERS: Tuple[Tuple[Rule, Planner], ...] = (
     (sampler.RULE, sampler.plan),
     (global_batch.RULE, global_batch.plan),  # after the sampler: both edit the loader call
     (set_epoch.RULE, set_epoch.plan),
+    (no_sync.RULE, no_sync.plan),
     (rank_zero.CHECKPOINT, rank_zero.plan_checkpoints),
     (rank_zero.LOGGING, rank_zero.plan_logging),
     (unwrap_module.CHECKPOINT_KEYS, unwrap_module.plan_checkpoint_keys),

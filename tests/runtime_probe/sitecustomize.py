@@ -45,7 +45,8 @@ RECORD_FORMAT = """
   "ddp": [{"index": 0, "module_class": "Net", "device_ids": null, "device_ids_arg": null,
            "output_device": null, "param_names": [...], "param_checksum": sha256 hex,
            "param_digests": {name: 16 hex}, "param_devices": ["cpu"], "num_params": int,
-           "buffer_names": [...], "buffer_checksum": sha256 hex}],
+           "buffer_names": [...], "buffer_checksum": sha256 hex,
+           "syncs": int}],                # gradient bucket all-reduces; only with DDP_PROBE_COUNT_SYNCS=1
   "optimizers": [{"index": 0, "class": "SGD", "num_params": int, "param_checksum": sha256 hex,
                   "steps": int}],
   "optimizer_steps": int,           # optimizer.step() calls, all optimizers
@@ -288,6 +289,22 @@ class _Probe:
         }
         self.record["ddp"].append(rec)
         self.ddp_modules.append((rec, ddp.module))
+        if os.environ.get("DDP_PROBE_COUNT_SYNCS") == "1":
+            self._count_syncs(ddp, rec)
+
+    def _count_syncs(self, ddp, rec) -> None:
+        """DDP_PROBE_COUNT_SYNCS=1: count the gradient all-reduces of this DDP model ("syncs": bucket
+        reductions). A comm hook that counts and runs DDP's default all-reduce (same result); only
+        when asked, since a script may register a comm hook of its own (only one is allowed)."""
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+        rec["syncs"] = 0
+
+        def counting_hook(state, bucket):
+            rec["syncs"] += 1
+            return allreduce_hook(state, bucket)
+
+        ddp.register_comm_hook(None, counting_hook)
 
     def _patch_optimizer(self, torch) -> None:
         Optimizer = torch.optim.Optimizer

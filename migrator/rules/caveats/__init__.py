@@ -16,7 +16,7 @@ from migrator.names import attribute_name
 from migrator.tree import descendants
 from migrator.edits import Plan
 from migrator.rule import Rule
-from migrator.rules import global_batch
+from migrator.rules import global_batch, no_sync
 from migrator.rules.caveats.ranks import EVAL_SHARDED, RANK_DIVERGENCE
 from migrator.rules.caveats.scaling import ACCUMULATION, GLOBAL_BATCH, SYNC_BATCHNORM
 from migrator.rules.process_group import needs_setup
@@ -36,7 +36,8 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
                 if message is not None:
                     _report(facts, plan, GLOBAL_BATCH, loader.call, message)
         for node in facts.accumulation_steps:
-            _report(facts, plan, ACCUMULATION, node)
+            if no_sync.no_sync_span(facts, node) is None:  # else DDP022 put the passes under no_sync()
+                _report(facts, plan, ACCUMULATION, node)
         if facts.batchnorm_layers and not facts.converts_sync_batchnorm:
             _report(facts, plan, SYNC_BATCHNORM, facts.batchnorm_layers[0])
         # With --batch global the loader splits `batch_size * gpu_count` over the processes again:

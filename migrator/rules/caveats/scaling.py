@@ -14,10 +14,12 @@ def main():
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(2):
-        for step, (x, y) in enumerate(loader):
+        micro = 0
+        for x, y in loader:
             loss = torch.nn.functional.mse_loss(model(x), y) / 4
             loss.backward()
-            if (step + 1) % 4 == 0:
+            micro += 1
+            if micro % 4 == 0:
                 optimizer.step()
                 optimizer.zero_grad()
 
@@ -52,10 +54,12 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(2):
         sampler.set_epoch(epoch)
-        for step, (x, y) in enumerate(loader):
+        micro = 0
+        for x, y in loader:
             loss = torch.nn.functional.mse_loss(model(x), y) / 4
             loss.backward()
-            if (step + 1) % 4 == 0:
+            micro += 1
+            if micro % 4 == 0:
                 optimizer.step()
                 optimizer.zero_grad()
 
@@ -195,8 +199,10 @@ ACCUMULATION = Rule(
     why="""
 DDP all-reduces gradients in every backward pass. When only every N-th pass is followed by a
 step, the other N-1 all-reduces are wasted bandwidth: correct, but slower than it needs to be.""",
-    fix="Run the backward passes that do not step under `with model.no_sync():`.",
-    fix_safety="Not fixable automatically: the loop's structure decides where no_sync fits.",
+    fix="Run the forward and backward passes that do not step under `with model.no_sync():`.",
+    fix_safety="""Fixed automatically in the plain shape (DDP022: the step condition tests the loop's own
+counter, and the forward, the backward and the test are statements of one loop body); reported
+here when the loop's structure differs, as when a counter moves between the backward and the test.""",
     fixable=False,
     examples=(
         Example(id="every-fourth-step", before=_TRAIN, after=_TRAIN_MIGRATED, diagnostics=("DDP122",)),
