@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import textwrap
 
 import pytest
 
