@@ -26,8 +26,9 @@ class Plan:
     before: Dict[cst.CSTNode, List[cst.BaseStatement]] = field(default_factory=dict)
     after: Dict[cst.CSTNode, List[cst.BaseStatement]] = field(default_factory=dict)
     wrap_tail: Dict[cst.CSTNode, Tuple[cst.CSTNode, List[cst.BaseStatement]]] = field(default_factory=dict)
-    # block -> [(first, last, `with` header)]: statements first..last of the block run under the `with`
-    wrap_with: Dict[cst.CSTNode, List[Tuple[cst.CSTNode, cst.CSTNode, str]]] = field(default_factory=dict)
+    # block -> [(first, last, `with` header, node it is written from)]: statements first..last of the
+    # block run under the `with`; the header is a function of that node as the other edits left it
+    wrap_with: Dict[cst.CSTNode, List[Tuple[cst.CSTNode, cst.CSTNode, Callable[[cst.CSTNode], str], cst.CSTNode]]] = field(default_factory=dict)
     guards: Dict[cst.CSTNode, str] = field(default_factory=dict)  # statement -> condition it runs under
     imports: List[Tuple[str, Optional[str], Optional[str]]] = field(default_factory=list)  # module, obj, asname
     unused_imports: List[Tuple[str, str, Optional[str]]] = field(default_factory=list)
@@ -48,9 +49,11 @@ class Plan:
         """Run `block` from `first` to its end in `try:`, with `final` in `finally:`."""
         self.wrap_tail[block] = (first, list(final))
 
-    def with_block(self, block: cst.CSTNode, first: cst.CSTNode, last: cst.CSTNode, header: str) -> None:
-        """Run statements `first` to `last` of `block` inside `with <header>:` (edits to them kept)."""
-        self.wrap_with.setdefault(block, []).append((first, last, header))
+    def with_block(self, block: cst.CSTNode, first: cst.CSTNode, last: cst.CSTNode,
+                   header: Callable[[cst.CSTNode], str], source: cst.CSTNode) -> None:
+        """Run statements `first` to `last` of `block` inside `with <header(source)>:`, where `source` is
+        a statement of the block as the other edits left it (`model.x` already `model.module.x`)."""
+        self.wrap_with.setdefault(block, []).append((first, last, header, source))
 
     def guard(self, statement: cst.CSTNode, condition: str) -> None:
         """Run `statement` only when `condition` holds; neighbours with the same condition share one `if`."""
@@ -73,7 +76,7 @@ class _Applier(cst.CSTTransformer):
         self.paths = _paths_to_edits(plan, parents) if parents is not None else None
         self.produced: Dict[cst.CSTNode, cst.CSTNode] = {}  # original statement -> updated statement
         self.wrap_firsts: Set[cst.CSTNode] = {first for first, _ in plan.wrap_tail.values()} | {
-            node for ranges in plan.wrap_with.values() for first, last, _ in ranges for node in (first, last)
+            node for ranges in plan.wrap_with.values() for first, last, _, source in ranges for node in (first, last, source)
         }
         self.guarded: Dict[cst.CSTNode, str] = {}  # updated statement -> its condition
 
@@ -126,16 +129,17 @@ class _Applier(cst.CSTTransformer):
 
     def _wrap_with(self, original: cst.CSTNode, updated):
         body = list(updated.body)
-        for first, last, header in self.plan.wrap_with[original]:
+        for first, last, header, source in self.plan.wrap_with[original]:
             start = next((i for i, s in enumerate(body) if s is self.produced.get(first)), None)
             end = next((i for i, s in enumerate(body) if s is self.produced.get(last)), None)
-            if start is None or end is None or end < start:
+            written = self.produced.get(source)
+            if start is None or end is None or end < start or written is None:
                 continue  # a statement of the range was removed or replaced by several: leave the block
             inner = [_shift_continuations(_unindent_blank_lines(s), self.indent) for s in body[start:end + 1]]
             leading = inner[0].leading_lines  # a comment above the first statement stays above the `with`
             inner[0] = inner[0].with_changes(leading_lines=())
             wrapped = cst.With(
-                items=[cst.WithItem(item=cst.parse_expression(header))],
+                items=[cst.WithItem(item=cst.parse_expression(header(written)))],
                 body=cst.IndentedBlock(body=inner),
                 leading_lines=leading,
             )
@@ -209,7 +213,7 @@ def _if_block(condition: str, statements: List[cst.BaseStatement]) -> cst.If:
 def _paths_to_edits(plan: Plan, parents: Mapping[cst.CSTNode, cst.CSTNode]) -> Set[cst.CSTNode]:
     """Every edited node and all its ancestors."""
     targets = [*plan.replacements, *plan.before, *plan.after, *plan.wrap_tail, *plan.guards, *plan.wrap_with,
-               *(node for ranges in plan.wrap_with.values() for first, last, _ in ranges for node in (first, last))]
+               *(node for ranges in plan.wrap_with.values() for first, last, _, source in ranges for node in (first, last, source))]
     paths: Set[cst.CSTNode] = set()
     for node in targets:
         while node is not None and node not in paths:

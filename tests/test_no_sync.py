@@ -89,3 +89,13 @@ def test_one_all_reduce_per_optimizer_step_and_the_same_training(tmp_path):
     assert with_no_sync.keys() == without.keys()
     for key in without:
         assert torch.allclose(with_no_sync[key], without[key], atol=1e-6), key
+
+
+def test_the_condition_is_written_as_the_other_rules_left_it():
+    """YOLOv3: `if batches_done % model.hyperparams['subdivisions'] == 0:`; the model's own attribute
+    goes through `.module` (DDP015) in the `with` header as in the `if`."""
+    source = SCRIPT.replace("(i + 1) % ACCUMULATE == 0", "(i + 1) % model.accumulate == 0").replace(
+        "    model = torch.nn.Linear(4, 1)\n", "    model = torch.nn.Linear(4, 1)\n    model.accumulate = 4\n")
+    code = migrate(source).code
+    assert "with model.no_sync() if (i + 1) % model.module.accumulate != 0 else contextlib.nullcontext():" in code
+    assert "if (i + 1) % model.module.accumulate == 0:" in code

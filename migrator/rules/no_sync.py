@@ -125,8 +125,12 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
         if span is None:
             continue
         block, first, last, model = span
-        header = f"{model.expr}.no_sync() if {_negated(condition.test)} else contextlib.nullcontext()"  # type: ignore[attr-defined]
-        plan.with_block(block, first, last, header)
+        def header(written: cst.CSTNode, expr: str = model.expr) -> str:
+            # The test as the other rules left it: `model.hyperparams[...]` is `model.module.hyperparams[...]` by then.
+            test = written.test if isinstance(written, cst.If) else condition.test  # type: ignore[attr-defined]
+            return f"{expr}.no_sync() if {_negated(test)} else contextlib.nullcontext()"
+
+        plan.with_block(block, first, last, header, condition)
         plan.need_import("contextlib")
         line, col = facts.line_col(first)
         plan.changes.append(Change(RULE.code, line, col, (
