@@ -58,7 +58,7 @@ def _migrate(source: str, options: Options, rewrite: bool = True, context: Optio
     module, parsed, renamed = _parse_renaming_async(source, options)
     facts = analyze(module, context)
     scope = rules_in_scope(facts, context)
-    plan = edits.Plan(batch=options.batch)
+    plan = edits.Plan(batch=options.batch, eval=options.eval)
     for rule, planner in FIXERS:
         if options.enabled(rule.code, rule.name) and (scope is None or rule.code in scope):
             planner(facts, plan)

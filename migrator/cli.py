@@ -147,6 +147,14 @@ def migrate_launcher(text: str, kind: str, options: Optional[Options] = None) ->
     "stays); per-process: kept (the global batch grows N times). Default: global for a DataParallel script, "
     "per-process for a single-GPU one.",
 )
+@click.option(
+    "--eval",
+    "evaluation",
+    type=click.Choice(["replicated", "sharded"]),
+    default=None,
+    help="replicated (default): evaluation loaders stay whole on every rank; sharded: each rank evaluates its "
+    "part and the sums the metric is computed from are all-reduced.",
+)
 @click.option("--isolated", is_flag=True, help="Ignore every configuration file.")
 @click.option(
     "--output-format",
@@ -199,6 +207,7 @@ def cli(
     force_exclude: bool,
     config_path: Optional[Path],
     batch: Optional[str],
+    evaluation: Optional[str],
     isolated: bool,
     output_format: str,
     jobs: Optional[int],
@@ -249,7 +258,7 @@ def cli(
         config = discover_config(config_paths, config_path, isolated)
     except ConfigError as exc:
         raise UsageError(str(exc), prefix="") from None
-    options = replace(resolve_rules(config.rules, cli_rules), batch=batch or config.batch)
+    options = replace(resolve_rules(config.rules, cli_rules), batch=batch or config.batch, eval=evaluation or config.eval)
 
     report = Report(mode)
     show = _Show(mode, output_format, out=out, err=err, quiet=quiet, verbose=verbose)

@@ -18,6 +18,7 @@ CODES: Tuple[Tuple[str, str], ...] = (
     ("DDP019", "global-batch"),
     ("DDP011", "set-epoch"),
     ("DDP022", "no-sync-accumulation"),
+    ("DDP023", "eval-sharded-reduce"),
     ("DDP012", "rank-zero-checkpoint"),
     ("DDP013", "rank-zero-logging"),
     ("DDP014", "checkpoint-keys"),

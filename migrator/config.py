@@ -6,6 +6,7 @@
     exclude = ["third_party/"]          # gitignore-style, relative to this file; replaces the default
     extend-exclude = ["*_pb2.py"]       # added to `exclude` (or to the default)
     batch = "global"                    # or "per-process": what a sharded training loader's batch_size means
+    eval = "sharded"                    # or "replicated" (the default): evaluation loaders split over the ranks
 
 The file is the nearest pyproject.toml with a `[tool.ddp-migrate]` table, searched upward from the
 first PATH (or the working directory), stopping at a repository root (a folder holding `.git`) or
@@ -26,13 +27,13 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from migrator.codes import BY_NAME, CODES
 from migrator.errors import ConfigError
-from migrator.options import BATCH_MODES, Options
+from migrator.options import BATCH_MODES, EVAL_MODES, Options
 
 TABLE = "ddp-migrate"
 PYPROJECT = "pyproject.toml"
 
 #: Keys of the table; `extend-select` / `extend-ignore` mean what they mean on the command line.
-KEYS = ("select", "ignore", "extend-select", "extend-ignore", "exclude", "extend-exclude", "batch")
+KEYS = ("select", "ignore", "extend-select", "extend-ignore", "exclude", "extend-exclude", "batch", "eval")
 
 ALL_CODES: Tuple[str, ...] = tuple(code for code, _ in CODES)
 
@@ -63,6 +64,7 @@ class Config:
     exclude: Optional[Tuple[str, ...]] = None
     extend_exclude: Tuple[str, ...] = ()
     batch: Optional[str] = None  # "global" | "per-process" (Options.batch)
+    eval: Optional[str] = None  # "replicated" | "sharded" (Options.eval)
 
     @property
     def root(self) -> Optional[Path]:
@@ -219,7 +221,11 @@ def _config(path: Path, table: Dict[str, Any], where: str) -> Config:
     if batch is not None and batch not in BATCH_MODES:
         shown = repr(batch) if isinstance(batch, str) else _toml_type(batch)
         raise ConfigError(f"{prefix}batch must be one of {', '.join(repr(m) for m in BATCH_MODES)}, not {shown}")
-    return Config(path, rules, strings("exclude"), strings("extend-exclude") or (), batch)
+    evaluation = table.get("eval")
+    if evaluation is not None and evaluation not in EVAL_MODES:
+        shown = repr(evaluation) if isinstance(evaluation, str) else _toml_type(evaluation)
+        raise ConfigError(f"{prefix}eval must be one of {', '.join(repr(m) for m in EVAL_MODES)}, not {shown}")
+    return Config(path, rules, strings("exclude"), strings("extend-exclude") or (), batch, evaluation)
 
 
 def _toml_type(value: Any) -> str:

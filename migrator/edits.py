@@ -35,6 +35,7 @@ class Plan:
     changes: List[Change] = field(default_factory=list)
     diagnostics: List[Diagnostic] = field(default_factory=list)
     batch: Optional[str] = None  # Options.batch: what a sharded loader's batch_size means (rules.global_batch)
+    eval: Optional[str] = None  # Options.eval: whether evaluation loaders are sharded (rules.sharded_eval)
 
     def replace(self, node: cst.CSTNode, replacer: Replacer) -> None:
         self.replacements.setdefault(node, []).append(replacer)

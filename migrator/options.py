@@ -19,6 +19,9 @@ class Options:
     # size, "per-process" keeps it (the global batch grows N times); None: "global" for a
     # DataParallel script (its batch already was the global one), "per-process" otherwise.
     batch: Optional[str] = None
+    # Evaluation loaders (`--eval`): "replicated" (None) leaves them whole; "sharded" splits them over
+    # the ranks and all-reduces the sums their metric is computed from (rules.sharded_eval).
+    eval: Optional[str] = None
 
     def enabled(self, code: str, name: str = "") -> bool:
         """Is the rule with this code (and name) selected and not ignored?"""
@@ -33,3 +36,5 @@ class Options:
 
 #: The values of Options.batch (`--batch`, `batch = ...` in [tool.ddp-migrate]).
 BATCH_MODES = ("global", "per-process")
+#: The values of Options.eval (`--eval`, `eval = ...` in [tool.ddp-migrate]).
+EVAL_MODES = ("replicated", "sharded")

@@ -31,6 +31,7 @@ from migrator.rules import (
     rank_zero,
     sampler,
     set_epoch,
+    sharded_eval,
     shutdown,
     unmigrated,
     unwrap_module,
@@ -50,6 +51,7 @@ FIXERS: Tuple[Tuple[Rule, Planner], ...] = (
     (global_batch.RULE, global_batch.plan),  # after the sampler: both edit the loader call
     (set_epoch.RULE, set_epoch.plan),
     (no_sync.RULE, no_sync.plan),
+    (sharded_eval.RULE, sharded_eval.plan),
     (rank_zero.CHECKPOINT, rank_zero.plan_checkpoints),
     (rank_zero.LOGGING, rank_zero.plan_logging),
     (unwrap_module.CHECKPOINT_KEYS, unwrap_module.plan_checkpoint_keys),
