@@ -25,6 +25,12 @@ class Example:
     diagnostics: Tuple[str, ...] = ()
     fires: bool = True
     path: Optional[str] = None  # the file name it is checked under (`tests/test_model.py`), when that matters
+    options: Tuple[Tuple[str, str], ...] = ()  # Options fields it runs with: (("eval", "sharded"),) is `--eval sharded`
+
+    @property
+    def flags(self) -> str:
+        """The command-line flags of `options` (`--eval sharded`), for the docs."""
+        return " ".join(f"--{name} {value}" for name, value in self.options)
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,8 @@ class Rule:
         ]
         for example in self.examples[:1]:
             fence = f"```{self.example_language}"
-            parts += ["", "## Example", fence, example.before.rstrip(), "```"]
+            heading = f"## Example (with `{example.flags}`)" if example.options else "## Example"
+            parts += ["", heading, fence, example.before.rstrip(), "```"]
             if example.after is not None:
                 parts += ["", "Use instead:", fence, example.after.rstrip(), "```"]
         quiet = [e for e in self.examples[1:] if not e.fires]

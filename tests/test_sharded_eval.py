@@ -10,59 +10,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import textwrap
 
 import pytest
 
 from migrator import migrate
 from migrator.options import Options
+from migrator.rules.sharded_eval import RULE
 
-SCRIPT = textwrap.dedent('''\
-    import json
-
-    import torch
-    import torch.nn.functional as F
-    from torch.utils.data import DataLoader, TensorDataset
-
-
-    def evaluate(model, loader):
-        model.eval()
-        total_loss = 0.0
-        correct = 0
-        seen = 0
-        with torch.no_grad():
-            for x, y in loader:
-                out = model(x)
-                total_loss += F.cross_entropy(out, y, reduction="sum").item()
-                correct += (out.argmax(dim=1) == y).sum().item()
-                seen += y.size(0)
-        return total_loss / seen, correct / seen
-
-
-    def main():
-        torch.manual_seed(0)
-        g = torch.Generator().manual_seed(1)
-        train_set = TensorDataset(torch.randn(64, 6, generator=g), torch.randint(0, 3, (64,), generator=g))
-        val_set = TensorDataset(torch.randn(37, 6, generator=g), torch.randint(0, 3, (37,), generator=g))
-        train_loader = DataLoader(train_set, batch_size=8, shuffle=True)
-        val_loader = DataLoader(val_set, batch_size=8)
-        model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        loss, accuracy = evaluate(model, val_loader)
-        with open("metrics.json", "w") as f:
-            json.dump({"loss": loss, "accuracy": accuracy}, f)
-        for epoch in range(1):
-            model.train()
-            for x, y in train_loader:
-                optimizer.zero_grad()
-                F.cross_entropy(model(x), y).backward()
-                optimizer.step()
-        print("after training:", evaluate(model, val_loader))
-
-
-    if __name__ == "__main__":
-        main()
-''')
+SCRIPT = RULE.examples[0].before  # the rule's own `--eval sharded` example (migrator.rules.sharded_eval)
 
 
 def test_replicated_by_default():

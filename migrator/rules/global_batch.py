@@ -111,6 +111,68 @@ if __name__ == "__main__":
             dist.destroy_process_group()
 ''',
         ),
+        Example(
+            id="per-process-on-request",
+            before='''import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main(batch_size=32):
+    model = torch.nn.DataParallel(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=batch_size, shuffle=True)
+    for epoch in range(2):
+        for (x,) in loader:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+from torch.utils.data import DataLoader, TensorDataset
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data.distributed import DistributedSampler
+
+
+def main(batch_size=32):
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+    model = DDP(torch.nn.Linear(4, 1), device_ids=None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    dataset = TensorDataset(torch.randn(64, 4))
+    sampler = DistributedSampler(dataset, shuffle=True)
+    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for (x,) in loader:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+            options=(("batch", "per-process"),),
+            diagnostics=("DDP120",),
+            fires=False,
+        ),
     ),
 )
 

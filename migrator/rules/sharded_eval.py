@@ -55,6 +55,124 @@ number of them). Left whole, and reported, when the loop keeps per-sample output
     fixable=True,
     examples=(
         Example(
+            id="sharded-metric",
+            before='''import json
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def evaluate(model, loader):
+    model.eval()
+    total_loss = 0.0
+    correct = 0
+    seen = 0
+    with torch.no_grad():
+        for x, y in loader:
+            out = model(x)
+            total_loss += F.cross_entropy(out, y, reduction="sum").item()
+            correct += (out.argmax(dim=1) == y).sum().item()
+            seen += y.size(0)
+    return total_loss / seen, correct / seen
+
+
+def main():
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    train_set = TensorDataset(torch.randn(64, 6, generator=g), torch.randint(0, 3, (64,), generator=g))
+    val_set = TensorDataset(torch.randn(37, 6, generator=g), torch.randint(0, 3, (37,), generator=g))
+    train_loader = DataLoader(train_set, batch_size=8, shuffle=True)
+    val_loader = DataLoader(val_set, batch_size=8)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss, accuracy = evaluate(model, val_loader)
+    with open("metrics.json", "w") as f:
+        json.dump({"loss": loss, "accuracy": accuracy}, f)
+    for epoch in range(1):
+        model.train()
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    print("after training:", evaluate(model, val_loader))
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import json
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data.distributed import DistributedSampler
+
+
+def evaluate(model, loader):
+    model.eval()
+    total_loss = 0.0
+    correct = 0
+    seen = 0
+    with torch.no_grad():
+        for x, y in loader:
+            out = model(x)
+            total_loss += F.cross_entropy(out, y, reduction="sum").item()
+            correct += (out.argmax(dim=1) == y).sum().item()
+            seen += y.size(0)
+        reduced = torch.tensor([float(total_loss), float(correct), float(seen)], dtype=torch.float64)
+        dist.all_reduce(reduced)  # every rank's shard summed: the metric covers the whole set
+        total_loss, correct, seen = (int(r) if isinstance(v, int) and r.is_integer() else r for v, r in zip((total_loss, correct, seen), reduced.tolist()))
+    return total_loss / seen, correct / seen
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    train_set = TensorDataset(torch.randn(64, 6, generator=g), torch.randint(0, 3, (64,), generator=g))
+    val_set = TensorDataset(torch.randn(37, 6, generator=g), torch.randint(0, 3, (37,), generator=g))
+    train_sampler = DistributedSampler(train_set, shuffle=True)
+    train_loader = DataLoader(train_set, batch_size=8, sampler=train_sampler)
+    val_loader = DataLoader(val_set, batch_size=8, sampler=range(dist.get_rank(), len(val_set), dist.get_world_size()))
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    model = DDP(model, device_ids=None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss, accuracy = evaluate(model, val_loader)
+    if dist.get_rank() == 0:
+        with open("metrics.json", "w") as f:
+            json.dump({"loss": loss, "accuracy": accuracy}, f)
+    for epoch in range(1):
+        train_sampler.set_epoch(epoch)
+        model.train()
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    print("after training:", evaluate(model, val_loader))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+            options=(("eval", "sharded"),),
+        ),
+        Example(
             id="replicated-by-default",
             before=SAMPLER.examples[0].before,  # without --eval sharded, the evaluation loader stays whole
             after=SAMPLER.examples[0].after,
