@@ -36,10 +36,29 @@ FIXTURES = ROOT / "fixtures"
 
 
 @dataclass(frozen=True)
-class FixtureCase:
+class _Configured:
+    """A fixture folder and its TOML: the settings single-file and project fixtures share."""
+
     name: str
     folder: Path
     config: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def args(self) -> List[str]:
+        return list(self.config.get("args", []))
+
+    @property
+    def diagnostics(self) -> List[str]:
+        return list(self.config.get("diagnostics", []))
+
+    @property
+    def runtime_skip(self) -> Dict[str, str]:
+        """Runtime checks that cannot hold for this scenario: {check name: reason}."""
+        return {str(k): str(v) for k, v in dict(self.config.get("runtime_skip", {})).items()}
+
+
+@dataclass(frozen=True)
+class FixtureCase(_Configured):
 
     @property
     def input_path(self) -> Path:
@@ -88,22 +107,9 @@ class FixtureCase:
         return bool(self.config.get("runtime", self.expected_path.exists()))
 
     @property
-    def args(self) -> List[str]:
-        return list(self.config.get("args", []))
-
-    @property
-    def diagnostics(self) -> List[str]:
-        return list(self.config.get("diagnostics", []))
-
-    @property
     def original_runs_on_cpu(self) -> bool:
         """input.py can run as one plain process on a CPU-only machine (no unconditional CUDA)."""
         return bool(self.config.get("original_runs_on_cpu", True))
-
-    @property
-    def runtime_skip(self) -> Dict[str, str]:
-        """Runtime checks that cannot hold for this scenario: {check name: reason}."""
-        return {str(k): str(v) for k, v in dict(self.config.get("runtime_skip", {})).items()}
 
 
 def discover() -> List[FixtureCase]:
@@ -121,7 +127,7 @@ PROJECTS = FIXTURES / "projects"
 
 
 @dataclass(frozen=True)
-class ProjectCase:
+class ProjectCase(_Configured):
     """fixtures/projects/<name>/: a small project as users write it, for project mode.
 
     input/         the project (entry script, packages, config files)
@@ -129,10 +135,6 @@ class ProjectCase:
     project.toml   description, unchanged (true: every file stays byte-identical, no expected/), entry (the script torchrun runs; default train.py), args (list),
                    diagnostics (codes reported anywhere in the project), runtime_skip (as for fixtures)
     """
-
-    name: str
-    folder: Path
-    config: Dict[str, Any] = field(default_factory=dict)
 
     @property
     def input_dir(self) -> Path:
@@ -155,18 +157,6 @@ class ProjectCase:
     @property
     def entry(self) -> str:
         return str(self.config.get("entry", "train.py"))
-
-    @property
-    def args(self) -> List[str]:
-        return list(self.config.get("args", []))
-
-    @property
-    def diagnostics(self) -> List[str]:
-        return list(self.config.get("diagnostics", []))
-
-    @property
-    def runtime_skip(self) -> Dict[str, str]:
-        return {str(k): str(v) for k, v in dict(self.config.get("runtime_skip", {})).items()}
 
 
 def discover_projects() -> List[ProjectCase]:

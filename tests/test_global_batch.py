@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import textwrap
 
 import pytest
 from click.testing import CliRunner
@@ -18,27 +17,11 @@ import fixture_cases
 from migrator import migrate
 from migrator.cli import cli
 from migrator.options import Options
+from migrator.rules.global_batch import RULE
 
-SINGLE = textwrap.dedent('''\
-    import torch
-    from torch.utils.data import DataLoader, TensorDataset
-
-
-    def main(batch_size=32):
-        model = torch.nn.Linear(4, 1)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=batch_size, shuffle=True)
-        for epoch in range(2):
-            for (x,) in loader:
-                optimizer.zero_grad()
-                model(x).sum().backward()
-                optimizer.step()
-
-
-    if __name__ == "__main__":
-        main()
-''')
-DATAPARALLEL = SINGLE.replace("model = torch.nn.Linear(4, 1)", "model = torch.nn.DataParallel(torch.nn.Linear(4, 1))")
+# The rule's own example (a DataParallel script), and the same script on one GPU.
+DATAPARALLEL = RULE.examples[0].before
+SINGLE = DATAPARALLEL.replace("model = torch.nn.DataParallel(torch.nn.Linear(4, 1))", "model = torch.nn.Linear(4, 1)")
 
 
 def _codes(result):

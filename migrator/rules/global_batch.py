@@ -23,6 +23,25 @@ from migrator.rules.process_group import needs_setup
 from migrator.rules.sampler import shards
 from migrator.types import Change
 
+_DATAPARALLEL_SCRIPT = '''import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main(batch_size=32):
+    model = torch.nn.DataParallel(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=batch_size, shuffle=True)
+    for epoch in range(2):
+        for (x,) in loader:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
 GLOBAL = "global"
 PER_PROCESS = "per-process"
 
@@ -52,24 +71,7 @@ an expression is reported (DDP120), not split.""",
     examples=(
         Example(
             id="dataparallel-batch-stays-global",
-            before='''import torch
-from torch.utils.data import DataLoader, TensorDataset
-
-
-def main(batch_size=32):
-    model = torch.nn.DataParallel(torch.nn.Linear(4, 1))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=batch_size, shuffle=True)
-    for epoch in range(2):
-        for (x,) in loader:
-            optimizer.zero_grad()
-            model(x).sum().backward()
-            optimizer.step()
-
-
-if __name__ == "__main__":
-    main()
-''',
+            before=_DATAPARALLEL_SCRIPT,
             after='''import torch
 from torch.utils.data import DataLoader, TensorDataset
 import os
@@ -113,24 +115,7 @@ if __name__ == "__main__":
         ),
         Example(
             id="per-process-on-request",
-            before='''import torch
-from torch.utils.data import DataLoader, TensorDataset
-
-
-def main(batch_size=32):
-    model = torch.nn.DataParallel(torch.nn.Linear(4, 1))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=batch_size, shuffle=True)
-    for epoch in range(2):
-        for (x,) in loader:
-            optimizer.zero_grad()
-            model(x).sum().backward()
-            optimizer.step()
-
-
-if __name__ == "__main__":
-    main()
-''',
+            before=_DATAPARALLEL_SCRIPT,
             after='''import torch
 from torch.utils.data import DataLoader, TensorDataset
 import os
