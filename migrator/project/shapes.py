@@ -1,0 +1,270 @@
+"""The syntax the project rewrite reads: how a module spells torch's names, which loop trains over
+which loader, what a checkpoint-writing function looks like. Pure functions of libcst nodes;
+migrator.project.rewrite decides what to change with them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Optional, Set
+
+import libcst as cst
+
+from migrator import edits
+from migrator.bindings import dotted_name
+
+# What a DDP wrapper answers itself: nn.Module's API (and DDP's). Anything else a module asks of
+# the model it was handed (`model.configure_optimizers`, `model.encoder`) is the user's class's.
+MODULE_API = frozenset({
+    "module", "no_sync", "training", "train", "eval", "forward", "parameters", "named_parameters", "buffers",
+    "named_buffers", "children", "named_children", "modules", "named_modules", "state_dict", "load_state_dict",
+    "zero_grad", "to", "cuda", "cpu", "half", "float", "double", "bfloat16", "type", "apply", "requires_grad_",
+    "register_buffer", "register_parameter", "register_forward_hook", "register_forward_pre_hook",
+    "register_full_backward_hook", "register_backward_hook", "add_module", "get_submodule", "get_parameter",
+    "share_memory", "extra_repr", "device_ids", "output_device",
+})
+
+EPOCH_NAMES = ("epoch", "ep", "cur_epoch", "current_epoch", "epoch_idx", "i_epoch", "epoch_num", "n_epoch")
+
+RANK_WORDS = ("rank", "main_process", "is_master", "master", "is_main", "primary")
+
+CHECKPOINT_WORDS = ("state", "checkpoint", "ckpt", "model", "net", "weights")
+
+SAVE_FUNCTION_WORDS = ("save", "checkpoint", "ckpt")
+
+SAMPLER_KEYWORDS = ("sampler", "batch_sampler")
+
+
+@dataclass
+class ModuleNames:
+    """How the module spells torch, torch.distributed, DataLoader, DistributedSampler and DDP."""
+
+    torch_like: Set[str]
+    dataloaders: Set[str]
+    torch_saves: Set[str]
+    torch_loads: Set[str]
+    dist: str
+    dist_needed: bool
+    sampler: str
+    sampler_needed: bool
+    ddp: str
+    ddp_needed: bool
+
+    @classmethod
+    def of(cls, module: cst.Module) -> "ModuleNames":
+        imported: Dict[str, str] = {}  # local name -> what it is
+        for node in module.body:
+            for small in node.body if isinstance(node, cst.SimpleStatementLine) else ():
+                if isinstance(small, cst.Import):
+                    for alias in small.names:
+                        full = dotted_name(alias.name) or ""
+                        local = alias.asname.name.value if alias.asname else full.split(".")[0]  # type: ignore[union-attr]
+                        imported[local] = full if alias.asname else local
+                elif isinstance(small, cst.ImportFrom) and small.module is not None and not isinstance(small.names, cst.ImportStar):
+                    base = dotted_name(small.module) or ""
+                    for alias in small.names:
+                        name = alias.name.value if isinstance(alias.name, cst.Name) else ""
+                        local = alias.asname.name.value if alias.asname else name  # type: ignore[union-attr]
+                        imported[local] = f"{base}.{name}"
+        torch_like = {local for local, full in imported.items() if full == "torch" or full.startswith("torch.")} | {"torch"}
+        dataloaders = {local for local, full in imported.items() if full.endswith(".DataLoader") and full.startswith("torch")}
+        torch_saves = {f"{local}.save" for local, full in imported.items() if full == "torch"} | {
+            local for local, full in imported.items() if full == "torch.save"}
+        torch_loads = {f"{local}.load" for local, full in imported.items() if full == "torch"} | {
+            local for local, full in imported.items() if full == "torch.load"}
+        dist = next((local for local, full in imported.items() if full == "torch.distributed"), None)
+        sampler = next((local for local, full in imported.items() if full.endswith(".DistributedSampler")), None)
+        ddp = next((local for local, full in imported.items() if full.endswith(".DistributedDataParallel")), None)
+        return cls(torch_like, dataloaders, torch_saves, torch_loads, dist or "dist", dist is None, sampler or "DistributedSampler",
+                   sampler is None, ddp or "DDP", ddp is None)
+
+    def need(self, plan: edits.Plan, dist: bool = False, sampler: bool = False, ddp: bool = False) -> None:
+        if dist and self.dist_needed:
+            plan.need_import("torch.distributed", None, "dist")
+        if sampler and self.sampler_needed:
+            plan.need_import("torch.utils.data.distributed", "DistributedSampler", None)
+        if ddp and self.ddp_needed:
+            plan.need_import("torch.nn.parallel", "DistributedDataParallel", "DDP")
+
+def with_sampler(shuffle: cst.Arg, new_shuffle: str, name: str):
+    def replace(updated: cst.Call) -> cst.Call:
+        args = list(updated.args)
+        index = next(i for i, arg in enumerate(args) if arg.deep_equals(shuffle))
+        args[index] = args[index].with_changes(value=cst.parse_expression(new_shuffle))
+        sampler = cst.Arg(value=cst.Name(name), keyword=cst.Name("sampler"),
+                          equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+        stars = [i for i, arg in enumerate(args) if arg.star == "**"]
+        at = stars[0] if stars else len(args)
+        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        last_comma = args[-1].comma if args else cst.MaybeSentinel.DEFAULT
+        if at == len(args) and isinstance(last_comma, cst.Comma) and len(args) > 1:
+            # One argument per line with a trailing comma: the new one gets a line of its own, like them.
+            args[-1] = args[-1].with_changes(comma=args[-2].comma)
+            args.append(sampler.with_changes(comma=last_comma))
+        elif at == len(args):  # after the last argument: it gets the comma, the new one keeps its (none)
+            args[-1] = args[-1].with_changes(comma=comma)
+            args.append(sampler)
+        else:
+            args.insert(at, sampler.with_changes(comma=comma))
+        return updated.with_changes(args=args)
+
+    return replace
+
+def aliases_of_self(function: cst.FunctionDef) -> Set[str]:
+    """Locals bound to an attribute of `self`: `model = self.model`, `model, config = self.model, self.config`."""
+    found: Set[str] = set()
+    for node in walk(function.body):
+        if not isinstance(node, cst.Assign) or len(node.targets) != 1:
+            continue
+        target, value = node.targets[0].target, node.value
+        pairs = []
+        if isinstance(target, cst.Name):
+            pairs = [(target, value)]
+        elif isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple) and len(target.elements) == len(value.elements):
+            pairs = [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
+        for name, bound in pairs:
+            if isinstance(name, cst.Name) and (dotted_name(bound) or "").startswith("self."):
+                found.add(name.value)
+    return found
+
+def main_guards(module: cst.Module) -> List[cst.If]:
+    return [
+        statement for statement in module.body
+        if isinstance(statement, cst.If) and "__name__" in source_of(statement.test) and "__main__" in source_of(statement.test)
+    ]
+
+def shuffles_or_samples(node: cst.BaseExpression) -> bool:
+    """A random or weighted sampler, not a sequential one (evaluation order) or a None."""
+    text = source_of(node)
+    return not is_false(node) and "Sequential" not in text
+
+def short(node: cst.CSTNode, limit: int = 60) -> str:
+    text = " ".join(source_of(node).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+# Names a training loop's loader goes by (`train_loader`, `train_iter`, `dataloader`, `train_data`);
+# the set_epoch written for it is guarded by an isinstance check, so a list or a custom iterator
+# under such a name is left as it is at run time.
+LOADER_WORDS = ("loader", "iter", "data", "batches")
+
+ITERATION_WRAPPERS = ("enumerate", "tqdm", "tqdm.tqdm", "iter", "trange")
+
+def iterated_loader(node: cst.BaseExpression, wrapped: Dict[str, cst.BaseExpression]) -> Optional[str]:
+    """`loader`, `enumerate(self.train_loader)`, `tqdm(enumerate(loader), ...)`, or `tbar` after
+    `tbar = tqdm(self.train_loader)` -> the loader's name, when it is named like one."""
+    for _ in range(4):
+        while isinstance(node, cst.Call) and dotted_name(node.func) in ITERATION_WRAPPERS and node.args:
+            node = node.args[0].value
+        if isinstance(node, cst.Name) and node.value in wrapped:
+            node = wrapped[node.value]
+        else:
+            break
+    name = dotted_name(node)
+    if name is None:
+        return None
+    last = name.split(".")[-1].lower()
+    return name if any(word in last for word in LOADER_WORDS) or last in ("dl", "train_dl") else None
+
+def wrappers(scope: cst.CSTNode) -> Dict[str, cst.BaseExpression]:
+    """`tbar = tqdm(self.train_loader, ...)` in the function: name -> the wrapping call."""
+    found: Dict[str, cst.BaseExpression] = {}
+    for node in walk(scope):
+        if (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
+                and isinstance(node.value, cst.Call) and dotted_name(node.value.func) in ITERATION_WRAPPERS):
+            found[node.targets[0].target.value] = node.value
+    return found
+
+def trains(loop: cst.For) -> bool:
+    return any(isinstance(n, cst.Attribute) and n.attr.value in ("backward", "step") for n in walk(loop.body))
+
+def looks_like_checkpoint(call: cst.Call, function: cst.FunctionDef) -> bool:
+    """A model's or trainer's state, not a cache of data every rank may read back."""
+    name = function.name.value.lower()
+    if any(word in name for word in ("checkpoint", "ckpt", "model", "weights", "snapshot")):
+        return True
+    saved = source_of(call.args[0].value).lower()
+    return any(word in saved for word in CHECKPOINT_WORDS)
+
+def path_used_after(call: cst.Call, statement: cst.SimpleStatementLine, function: cst.FunctionDef) -> Optional[str]:
+    """The saved file's variable, when the function uses it again after the save (to copy it)."""
+    if len(call.args) < 2 or not isinstance(call.args[1].value, cst.Name):
+        return None
+    path = call.args[1].value.value
+    seen = False
+    for node in walk_in_order(function.body):
+        if node is statement:
+            seen = True
+            continue
+        if seen and isinstance(node, cst.Name) and node.value == path and not inside(node, statement):
+            return path
+    return None
+
+def save_function(function: cst.FunctionDef) -> bool:
+    """A function that only writes: named for it, returns nothing, trains nothing, loads nothing."""
+    if not any(word in function.name.value.lower() for word in SAVE_FUNCTION_WORDS):
+        return False
+    for node in walk(function.body):
+        if isinstance(node, cst.Return) and node.value is not None:
+            return False
+        if isinstance(node, (cst.Global, cst.Nonlocal)):
+            return False
+        if isinstance(node, (cst.AugAssign, cst.AnnAssign)) and not isinstance(node.target, cst.Name):
+            return False  # state the other ranks keep too (`self.best = ...`): they must not skip it
+        if isinstance(node, cst.Assign) and any(not isinstance(t.target, (cst.Name, cst.Tuple)) for t in node.targets):
+            return False
+        if isinstance(node, (cst.Yield, cst.FunctionDef)):
+            return False
+        if isinstance(node, cst.Attribute) and node.attr.value in ("backward", "step", "load", "barrier", "all_reduce"):
+            return False
+    return True
+
+def first_statement(function: cst.FunctionDef) -> cst.BaseStatement:
+    """The guard goes after the docstring."""
+    body = list(function.body.body)  # type: ignore[union-attr]
+    first = body[0]
+    if (len(body) > 1 and isinstance(first, cst.SimpleStatementLine) and len(first.body) == 1
+            and isinstance(first.body[0], cst.Expr) and isinstance(first.body[0].value, (cst.SimpleString, cst.ConcatenatedString))):
+        return body[1]
+    return first
+
+def model_like(receiver: str) -> bool:
+    last = receiver.split(".")[-1].lower()
+    return ("model" in last or last in ("net", "network", "netg", "netd")) and "optim" not in last and "ema" not in last
+
+def assigned_target(statement: cst.SimpleStatementLine) -> Optional[str]:
+    small = statement.body[0]
+    if isinstance(small, cst.Assign) and len(small.targets) == 1:
+        return dotted_name(small.targets[0].target)
+    return None
+
+def bound_names(scope: cst.CSTNode) -> Set[str]:
+    names: Set[str] = set()
+    for node in walk(scope):
+        if isinstance(node, cst.Name):
+            names.add(node.value)
+    return names
+
+def is_plain_reference(node: cst.BaseExpression) -> bool:
+    return dotted_name(node) is not None
+
+def is_true(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "True"
+
+def is_false(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value in ("False", "None")
+
+def source_of(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+def walk_in_order(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    yield node
+    for child in node.children:
+        yield from walk_in_order(child)
+
+def inside(node: cst.CSTNode, container: cst.CSTNode) -> bool:
+    return any(n is node for n in walk(container))
+
+def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    stack: List[cst.CSTNode] = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(current.children)
