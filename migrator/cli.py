@@ -391,6 +391,7 @@ class Migrated:
     source: Optional[files.SourceFile] = None
     code: Optional[str] = None
     skipped: Optional[str] = None  # why a walked file was passed over (not text); shown with -v
+    python: bool = False  # a Python source (project mode plans those), as _read judged it
 
 
 @dataclass(frozen=True)
@@ -432,7 +433,7 @@ def _read(path: Path, options: Options, walked: bool = False) -> Union[Migrated,
     except Exception as exc:  # noqa: BLE001 - becomes this file's error; the others go on
         return Migrated(FileOutcome(name, error=_failure(exc, name)))
     if not relevant:
-        return Migrated(FileOutcome(name), source, source.text)
+        return Migrated(FileOutcome(name), source, source.text, python=kind == files.PYTHON)
     return _Job(path, name, kind, source)
 
 
@@ -465,7 +466,7 @@ def _migrate(job: _Job, options: Options, mode: WriteBack) -> Migrated:
     changed = result.changed
     launch = tuple(result.torchrun_commands(job.name)) if changed and job.kind == files.PYTHON else ()
     outcome = FileOutcome(job.name, changed, tuple(result.changes), tuple(result.diagnostics), launch=launch)
-    return Migrated(outcome, job.source, result.code)
+    return Migrated(outcome, job.source, result.code, python=job.kind == files.PYTHON)
 
 
 def _context(job: _Job) -> Optional[FileContext]:
@@ -579,8 +580,7 @@ def with_project(outcomes: Sequence[Migrated], mode: WriteBack, options: Options
     python = [
         (done, os.path.realpath(done.source.path))
         for done in outcomes
-        if done.source is not None and done.outcome.error is None and done.code is not None
-        and files.source_kind(done.source.path) == files.PYTHON
+        if done.python and done.source is not None and done.outcome.error is None and done.code is not None
     ]
     if not any(change.code == _SETUP_CODE for done, _ in python for change in done.outcome.changes):
         return list(outcomes)  # no script was migrated: no project to plan (and LibCST stays unloaded)
@@ -619,7 +619,7 @@ def _updated(done: Migrated, update: Optional["Update"]) -> Migrated:
     if update.revert and done.source is not None:  # the script stays as it was (project mode says why)
         # Its own findings were about the migration that is not made; the reason replaces them.
         return Migrated(FileOutcome(outcome.path, False, (), update.diagnostics, outcome.error), done.source,
-                        done.source.text, done.skipped)
+                        done.source.text, done.skipped, done.python)
     diagnostics = tuple(d for d in outcome.diagnostics if d.code not in update.dropped) + update.diagnostics
     changes = tuple(sorted(outcome.changes + update.changes, key=lambda c: (c.line, c.col)))
     code = update.code if update.code is not None else done.code
@@ -630,7 +630,7 @@ def _updated(done: Migrated, update: Optional["Update"]) -> Migrated:
         return Migrated(FileOutcome(outcome.path, error=_failure(exc, outcome.path)), done.source)
     new = FileOutcome(outcome.path, outcome.changed or bool(update.changes), changes,
                       tuple(sorted(diagnostics, key=lambda d: (d.line, d.col))), outcome.error, outcome.launch)
-    return Migrated(new, done.source, code, done.skipped)
+    return Migrated(new, done.source, code, done.skipped, done.python)
 
 
 def _write_back(done: Migrated) -> Migrated:

@@ -243,11 +243,13 @@ def test_plan_keeps_prefixed_keys_for_an_unconditional_dataparallel_script(tmp_p
 
 def test_cli_changes_a_module_named_beside_the_script(tmp_path):
     _tree(tmp_path, {"train.py": _ENTRY, "loaders.py": _LOADERS, "saver.py": _SAVER})
-    result = _run("--in-place", str(tmp_path / "train.py"), str(tmp_path / "saver.py"))
+    result = _run("--in-place", "--output-format", "json", str(tmp_path / "train.py"), str(tmp_path / "saver.py"))
     assert result.exit_code == 0, result.output
     assert "dist.get_rank() != 0" in (tmp_path / "saver.py").read_text()
     assert (tmp_path / "loaders.py").read_text() == _LOADERS
-    assert "loaders.py:7 needs DDP030" in result.output.replace("\n", " ") or "loaders.py:7" in result.output
+    messages = [f["message"] for item in json.loads(result.output)["files"] for f in item["findings"]]
+    assert any(m.startswith("loaders.py:7 needs DDP030") for m in messages), messages
+    assert not any(m.startswith("saver.py") for m in messages)  # named, so migrated: nothing said of it
 
 
 def test_save_that_goes_on_with_its_file_is_reported_not_guarded():

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from migrator.context import FileContext
-from migrator.errors import MigrateError
 from migrator.options import Options
 from migrator.project.graph import ProjectGraph
 from migrator.project.hints import LIBRARY_DECLINES
@@ -94,9 +93,10 @@ def plan_project(files: Sequence[ProjectFile], options: Optional[Options] = None
             else:
                 outside.setdefault(entry.path, []).append((module, chain))
     made: Dict[str, FrozenSet[str]] = {}  # entry -> the codes its modules got
+    wrapping = {entry.path: _dataparallel_use(entry.text) for entry in entries}  # each script parsed once
     for module, reaching in roles.items():
-        batch, why = _batch_mode(options, reaching)
-        role = ModuleRole(tuple(e.display for e in reaching), unwrap_keys=not any(_dataparallel_for_good(e.text) for e in reaching),
+        batch, why = _batch_mode(options, [wrapping[e.path][0] for e in reaching])
+        role = ModuleRole(tuple(e.display for e in reaching), unwrap_keys=not any(wrapping[e.path][1] for e in reaching),
                           batch=batch, batch_why=why)
         current = by_path[module]
         update = _module_update(current, role, options, rewrite)
@@ -113,7 +113,7 @@ def _module_update(file: ProjectFile, role: ModuleRole, options: Options, rewrit
     source = file.code if file.code is not None else file.text
     try:
         result = migrate_module(source, role, options, rewrite=rewrite and file.code is not None)
-    except (MigrateError, Exception):  # noqa: BLE001 - a module the planner cannot read stays as the engine left it
+    except Exception:  # noqa: BLE001 - a module the planner cannot read (MigrateError or worse) stays as the engine left it
         return None
     # The engine's "no entry point here" for this module is answered: its caller is migrated with it.
     return Update(result.code if result.code != source else None, _in_original(result.changes, file), result.diagnostics, _ANSWERED)
@@ -202,26 +202,20 @@ def _needs(entry: ProjectFile, module: str, chain: Tuple[str, ...], change: Chan
 
 
 def _in_original(changes: Tuple[Change, ...], entry: ProjectFile) -> Tuple[Change, ...]:
-    """Changes found on the engine's output are reported at the script's first line when the
-    lines moved (the engine inserted its setup above them); in check mode they are exact."""
-    if entry.code is None or entry.code == entry.text:
+    """Changes found on the engine's output, located in the file as read (the engine may have
+    inserted its setup above them; a line of its own is reported at line 1). In check mode they
+    are exact already."""
+    if not changes or entry.code is None or entry.code == entry.text:
         return changes
-    return tuple(Change(c.code, _original_line(c.line, entry), c.col, c.message) for c in changes)
-
-
-def _original_line(line: int, entry: ProjectFile) -> int:
     import difflib
 
-    new = (entry.code or "").splitlines()
-    old = entry.text.splitlines()
-    target = new[line - 1] if 0 < line <= len(new) else None
-    if target is None:
-        return 1
-    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal" and j1 <= line - 1 < j2:
-            return i1 + (line - 1 - j1) + 1
-    return 1
+    matcher = difflib.SequenceMatcher(None, entry.text.splitlines(), entry.code.splitlines(), autojunk=False)
+    blocks = [(i1, j1, j2) for tag, i1, _, j1, j2 in matcher.get_opcodes() if tag == "equal"]  # one diff per file
+
+    def original(line: int) -> int:
+        return next((i1 + (line - 1 - j1) + 1 for i1, j1, j2 in blocks if j1 <= line - 1 < j2), 1)
+
+    return tuple(Change(c.code, original(c.line), c.col, c.message) for c in changes)
 
 
 def _relative(path: str, start: str) -> str:
@@ -237,39 +231,32 @@ def _plannable(path: str, text: Optional[str]) -> bool:
     return not any(word in text for word in _DISTRIBUTED_WORDS)
 
 
-def _batch_mode(options: Options, reaching: Sequence[ProjectFile]) -> Tuple[str, str]:
+def _batch_mode(options: Options, wraps: Sequence[bool]) -> Tuple[str, str]:
     """--batch for the loaders of a module: the option, else "global" when a script that trains
     through it wrapped its model in DataParallel (as rules.global_batch decides per file)."""
     if options.batch is not None:
         return options.batch, f"--batch {options.batch}"
-    if any(_calls_dataparallel(e.text) for e in reaching):
+    if any(wraps):
         return "global", "the default for a DataParallel script: its batch already was the global one"
     return "per-process", "the default for a single-GPU script"
 
 
-def _calls_dataparallel(text: str) -> bool:
+def _dataparallel_use(text: str) -> Tuple[bool, bool]:
+    """(does the script call DataParallel at all, does it wrap outside any `if`). Wrapped for good,
+    its checkpoints had `module.`-prefixed keys, as DDP's have: the modules' state_dict calls stay."""
     if "DataParallel" not in text:
-        return False
+        return False, False
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-    return any(
-        isinstance(node, ast.Call) and (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) == "DataParallel"
-        for node in ast.walk(tree)
-    )
+        return False, False
+    calls = any(isinstance(node, ast.Call) and _called(node) == "DataParallel" for node in ast.walk(tree))
+    return calls, calls and _unconditional_dataparallel(tree.body)
 
 
-def _dataparallel_for_good(text: str) -> bool:
-    """Does the script wrap a model in DataParallel outside any `if`? Then its checkpoints had
-    `module.`-prefixed keys, as DDP's have: the modules' state_dict calls stay as they are."""
-    if "DataParallel" not in text:
-        return False
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-    return _unconditional_dataparallel(tree.body)
+def _called(call: ast.Call) -> str:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
 def _unconditional_dataparallel(body: List[ast.stmt]) -> bool:
@@ -283,10 +270,6 @@ def _unconditional_dataparallel(body: List[ast.stmt]) -> bool:
             if "__name__" in ast.dump(statement.test) and _unconditional_dataparallel(statement.body):
                 return True  # the launch block runs whenever the script does
             continue
-        for node in ast.walk(statement):
-            if isinstance(node, ast.Call):
-                func = node.func
-                name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-                if name == "DataParallel":
-                    return True
+        if any(isinstance(node, ast.Call) and _called(node) == "DataParallel" for node in ast.walk(statement)):
+            return True
     return False

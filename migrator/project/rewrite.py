@@ -212,10 +212,10 @@ class _Finder:
     def _split_batch(self, call: cst.Call, statement: cst.SimpleStatementLine, sampler: str) -> str:
         """--batch global (migrator.rules.global_batch) in a module: the sharded loader's batch_size
         becomes this process's part of the global batch, under a process group only."""
-        from migrator.rules.global_batch import _plain, batch_argument
+        from migrator.rules.global_batch import batch_argument, plain_value
 
         argument = batch_argument(call)
-        if argument is None or not _plain(argument.value):
+        if argument is None or not plain_value(argument.value):
             self._report(call, "--batch global: this loader's batch size is "
                                f"{'an expression' if argument is not None else 'DataLoader default of 1'}, so it stays per "
                                "process and the global batch grows with the number of processes; split it by hand")

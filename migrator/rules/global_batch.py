@@ -191,7 +191,7 @@ def splittable(loader: LoaderFact) -> Optional[str]:
     None when it cannot be split (DataLoader's default of 1, or an expression evaluated twice)."""
     argument = batch_argument(loader.call)
     if argument is not None:
-        return ("keyword" if argument.keyword is not None else "positional") if _plain(argument.value) else None
+        return ("keyword" if argument.keyword is not None else "positional") if plain_value(argument.value) else None
     if loader.kwargs_dict is not None:
         return "kwargs"
     return None
@@ -205,14 +205,14 @@ def batch_argument(call: cst.Call) -> Optional[cst.Arg]:
     return positional[1] if len(positional) > 1 else None
 
 
-def _plain(value: cst.BaseExpression) -> bool:
+def plain_value(value: cst.BaseExpression) -> bool:
     """Safe to evaluate twice (the check and the split): a name, an attribute, a number, `cfg["bs"]`."""
     if isinstance(value, (cst.Name, cst.Integer)):
         return True
     if isinstance(value, cst.Attribute):
-        return _plain(value.value)
+        return plain_value(value.value)
     if isinstance(value, cst.Subscript):
-        return _plain(value.value) and all(
+        return plain_value(value.value) and all(
             isinstance(element.slice, cst.Index) and isinstance(element.slice.value, (cst.SimpleString, cst.Integer, cst.Name))
             for element in value.slice
         )
