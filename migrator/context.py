@@ -1,78 +1,47 @@
 """Where a source comes from: what the engine may know beyond its text.
 
-The engine stays pure: it never opens a file. The CLI describes each Python file with a
-FileContext, its display path (a pytest module is no training script) and a ProjectModules that
-hands over the text of the project's own modules by dotted name, so that `utils.init_dist(args)`
-can be looked into when `utils.py` is part of the project (migrator.analysis.distributed).
+The engine is given text and writes nothing. The CLI describes each Python file with a
+FileContext: its display path (a pytest module is no training script) and a ProjectModules that
+says where the project's own modules are, so that `utils.init_dist(args)` can be looked into when
+`utils.py` is part of the project (migrator.analysis.distributed); those modules are read, once per
+process, by migrator.graph.modules.
 """
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Dict, Optional, Tuple
+from typing import Optional, Tuple
 
 # Files that mark the top of a project: imports are not looked for above it.
 _PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 _MAX_LEVELS = 6  # directories above a script searched for its project's top
-_MAX_MODULE_BYTES = 1_000_000  # a generated or vendored giant is not read for a helper
 
 
 @dataclass(frozen=True)
 class ProjectModules:
-    """The text of the project's own modules, by dotted name (`utils.dist` -> utils/dist.py).
-
-    `roots` are the directories imports resolve from, as `python script.py` resolves them from
-    the script's directory (and, for a package layout, from the project's top). Reads are
-    cached per process; a module that is not there, not text or too large is None.
-    """
+    """Where the project's own modules are: the directories imports resolve from, as `python
+    script.py` resolves them from the script's directory (and, for a package layout, from the
+    project's top). The modules themselves are read once per process, by file
+    (migrator.graph.modules)."""
 
     roots: Tuple[str, ...]
-    _cache: Dict[str, Optional[str]] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def for_script(cls, path: Path) -> "ProjectModules":
-        here = path.resolve().parent
-        roots = [here]
-        for parent in list(here.parents)[:_MAX_LEVELS]:
-            if any((roots[-1] / marker).exists() for marker in _PROJECT_MARKERS):
-                break
-            roots.append(parent)
-        return cls(tuple(str(root) for root in roots))
-
-    def source(self, dotted: str) -> Optional[str]:
-        if dotted in self._cache:
-            return self._cache[dotted]
-        text = None
-        parts = dotted.split(".")
-        if all(part.isidentifier() for part in parts):
-            for root in self.roots:
-                base = os.path.join(root, *parts)
-                for candidate in (base + ".py", os.path.join(base, "__init__.py")):
-                    text = _read(candidate)
-                    if text is not None:
-                        break
-                if text is not None:
-                    break
-        self._cache[dotted] = text
-        return text
-
-    def __getstate__(self) -> dict:  # worker processes get the roots, not this process's cache
-        return {"roots": self.roots}
-
-    def __setstate__(self, state: dict) -> None:
-        object.__setattr__(self, "roots", state["roots"])
-        object.__setattr__(self, "_cache", {})
+        return cls(_roots(str(path.resolve().parent)))
 
 
-def _read(path: str) -> Optional[str]:
-    try:
-        if not os.path.isfile(path) or os.path.getsize(path) > _MAX_MODULE_BYTES:
-            return None
-        with open(path, "rb") as handle:
-            return handle.read().decode("utf-8", errors="replace")
-    except OSError:
-        return None
+@functools.lru_cache(maxsize=4096)
+def _roots(here: str) -> Tuple[str, ...]:
+    """The script's folder and those above it, up to the first that marks the project's top."""
+    folder = Path(here)
+    roots = [folder]
+    for parent in list(folder.parents)[:_MAX_LEVELS]:
+        if any((roots[-1] / marker).exists() for marker in _PROJECT_MARKERS):
+            break
+        roots.append(parent)
+    return tuple(str(root) for root in roots)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,6 +94,39 @@ def test_script_alone_names_the_modules_it_needs(case, tmp_path):
                         if name != case.entry and data != (case.input_dir / name).read_bytes()}
     for module in expected_modules:
         assert any(message.startswith(module + ":") for message in needs), (module, needs)
+
+
+REPORTED = [case for case in CASES if (case.folder / "report.json").exists()]
+
+
+@pytest.mark.parametrize("case", REPORTED, ids=[case.name for case in REPORTED])
+def test_project_report_does_not_depend_on_how_modules_are_read(case, tmp_path, monkeypatch, update_fixtures):
+    """report.json is the `--check` report of the project: the same files, findings and messages
+    whether the project's modules are read fresh, from a warm per-process index, by worker
+    processes, or by a new process."""
+    from migrator.analysis import project_modules, project_training
+    from migrator.graph.modules import INDEX
+
+    root = _copy(case, tmp_path)
+    monkeypatch.chdir(root)
+    golden = case.folder / "report.json"
+    check = ["--check", "--output-format", "json", "."]
+
+    def cold() -> str:
+        INDEX.clear()
+        project_modules._ANSWERS.clear()
+        project_training._ANSWERS.clear()
+        return _run(*check, "--jobs", "1").output
+
+    runs = {"cold caches, one process": cold()}
+    if update_fixtures:
+        golden.write_text(runs["cold caches, one process"])
+    runs["warm caches"] = _run(*check, "--jobs", "1").output
+    runs["two worker processes"] = _run(*check, "--jobs", "2").output
+    fresh = subprocess.run([sys.executable, "-m", "migrator", *check], capture_output=True, text=True, cwd=root)
+    runs["a new process"] = fresh.stdout
+    for how, output in runs.items():
+        assert json.loads(output) == json.loads(golden.read_text()), how
 
 
 # --------------------------------------------------------------------------- the import graph

@@ -20,7 +20,8 @@ from typing import Dict, Iterator, Optional, Tuple
 import libcst as cst
 
 from migrator import names as N
-from migrator.analysis.project_modules import absolute, what_it_does
+from migrator.analysis.project_modules import what_it_does
+from migrator.graph.modules import absolute
 from migrator.analysis.rank_saves import WRAPPERS, every_rank_saves
 from migrator.bindings import dotted_name
 from migrator.context import FileContext
@@ -176,7 +177,7 @@ def _project_helpers(analysis, context: FileContext) -> Iterator[Distributed]:
         if source.split(".")[0] in N.NOT_PROJECT_PACKAGES:
             continue
         qualified = f"{source}.{rest}" if rest else source
-        why = what_it_does(modules, qualified)
+        why = what_it_does(modules.roots, qualified)
         if why:
             yield Distributed(f"`{dotted}(...)` ({qualified}) {why}", call, helper=True)
 

@@ -18,11 +18,10 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.analysis.distributed import _imported_names
-from migrator.analysis.project_modules import _ast_imports, _is_package, _star_imports
 from migrator.bindings import dotted_name
-from migrator.context import FileContext, ProjectModules
-
-_SUMMARIES: Dict[Tuple[Tuple[str, ...], str], Dict[str, Tuple[str, ...]]] = {}
+from migrator.context import FileContext
+from migrator.analysis.project_modules import what_it_does
+from migrator.graph.modules import INDEX, ModuleSummary, absolute, import_lines, lookup
 
 
 LOADER = "loader:"  # a summary entry for a parameter the callee trains on (its training loader)
@@ -46,13 +45,38 @@ def trained_arguments(analysis_c, context: Optional[FileContext]) -> Dict[cst.Ca
         if source is None or source.split(".")[0] in N.NOT_PROJECT_PACKAGES or source.startswith("torch"):
             continue
         qualified = f"{source}.{rest}" if rest else source
-        trained = _trained_parameters(context.modules, qualified)
+        trained = _trained_parameters(context.modules.roots, qualified)
         if trained:
             models = _arguments_for(call, tuple(p for p in trained if not p.startswith((LOADER, MOVED))))
             loaders = _arguments_for(call, tuple(p[len(LOADER):] for p in trained if p.startswith(LOADER)))
             if models:
                 found[call] = (models, [_code(value) for value in loaders], any(p.startswith(MOVED) for p in trained))
     return found
+
+
+def may_train_through_project(text: str, context: Optional[FileContext]) -> bool:
+    """Could a call in `text` hand a model to a project module that trains it (or, for a save,
+    to one that sets up the processes)? Read from the import lines alone, for files whose text has
+    no training shape of its own (migrator.relevance): a name imported from the project whose
+    function or class trains a parameter, or a project module imported whole that defines one."""
+    if context is None or context.modules is None:
+        return False
+    roots = context.modules.roots
+    saves = "save" in text
+    for line in import_lines(text):
+        base = absolute(line.level, line.module, context.package)
+        if base is None or base.split(".")[0] in N.NOT_PROJECT_PACKAGES or base.startswith("torch"):
+            continue
+        if not line.names:  # `import trainer`: any of its definitions may be called as trainer.X(...)
+            found = INDEX.module(roots, base)
+            if found is not None and any(_trained(roots, found, name) for name in found.definitions):
+                return True
+            continue
+        for name in line.names:
+            qualified = f"{base}.{name}"
+            if _trained_parameters(roots, qualified) or (saves and what_it_does(roots, qualified)):
+                return True
+    return False
 
 
 def _code(node: cst.CSTNode) -> str:
@@ -73,69 +97,59 @@ def _arguments_for(call: cst.Call, parameters: Tuple[str, ...]) -> List[cst.Base
     return [v for v in values if isinstance(v, (cst.Name, cst.Attribute))]
 
 
-def _trained_parameters(modules: ProjectModules, qualified: str, hops: int = 0) -> Tuple[str, ...]:
-    parts = qualified.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        dotted = ".".join(parts[:cut])
-        text = modules.source(dotted)
-        if text is None:
-            continue
-        if len(parts) - cut != 1:
-            return ()
-        name = parts[cut]
-        found = _summary(modules, dotted, text).get(name, ())
-        if found or hops >= _MAX_BASE_HOPS or name not in text:
-            return found
-        # A package `__init__` that re-exports it: `from .trainer import Trainer`, `from .trainer import *`.
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return ()
-        package = dotted if _is_package(modules, dotted) else dotted.rpartition(".")[0]
-        source = _ast_imports(tree, package or None).get(name)
-        if source is not None:
-            return _trained_parameters(modules, source, hops + 1)
-        for star in _star_imports(tree, package or None):
-            found = _trained_parameters(modules, f"{star}.{name}", hops + 1)
-            if found:
-                return found
+Roots = Tuple[str, ...]
+_IN_PROGRESS: Tuple[str, ...] = ()  # the answer while a name is worked out: a cycle trains nothing
+_ANSWERS: Dict[Tuple[Roots, str, str], Tuple[str, ...]] = {}
+
+
+def _trained_parameters(roots: Roots, qualified: str) -> Tuple[str, ...]:
+    """What `qualified` (a function or class of the project) trains: its parameters that reach an
+    optimizer, as names and positions ("#0"), plus LOADER/MOVED entries."""
+    found = lookup(roots, qualified)
+    if found is None or len(found[1]) != 1:
         return ()
+    return _trained(roots, found[0], found[1][0])
+
+
+def _trained(roots: Roots, module: ModuleSummary, name: str) -> Tuple[str, ...]:
+    """Each (module, name) worked out once per process (per folder it is seen from)."""
+    key = (roots, module.path, name)
+    if key in _ANSWERS:
+        return _ANSWERS[key]
+    _ANSWERS[key] = _IN_PROGRESS
+    answer = _ANSWERS[key] = _work_out(roots, module, name)
+    return answer
+
+
+def _work_out(roots: Roots, module: ModuleSummary, name: str) -> Tuple[str, ...]:
+    node = module.definitions.get(name)
+    if node is not None:
+        return _trained_by(node, roots, module)
+    # A package `__init__` that re-exports it: `from .trainer import Trainer`, `from .trainer import *`.
+    source = module.imports.get(name)
+    if source is not None:
+        return _trained_parameters(roots, source)
+    for star in module.star_imports:
+        found = _trained_parameters(roots, f"{star}.{name}")
+        if found:
+            return found
     return ()
 
 
-def _summary(modules: ProjectModules, dotted: str, text: str) -> Dict[str, Tuple[str, ...]]:
-    """Function or class name -> the parameters it builds an optimizer from (name and "#position")."""
-    key = (modules.roots, dotted)
-    if key not in _SUMMARIES:
-        _SUMMARIES[key] = {}
-        if ("optim" in text and "parameters" in text) or "class " in text:  # a class may inherit its optimizer
-            try:
-                tree = ast.parse(text)
-            except (SyntaxError, ValueError, RecursionError, MemoryError):
-                tree = None
-            if tree is not None:
-                _SUMMARIES[key] = {
-                    node.name: trained for node in tree.body
-                    for trained in [_trained_by(node, modules, dotted, tree)] if trained
-                }
-    return _SUMMARIES[key]
-
-
-def _trained_by(node: ast.stmt, modules: ProjectModules, dotted: str, tree: ast.Module, hops: int = 0) -> Tuple[str, ...]:
+def _trained_by(node: ast.stmt, roots: Roots, module: ModuleSummary) -> Tuple[str, ...]:
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return _from_function(node, skip_self=False)
+        # Only a module that names an optimizer (torch.optim, configure_optimizers) can train here.
+        return _from_function(node, skip_self=False) if "optim" in module.text else ()
     if not isinstance(node, ast.ClassDef):
         return ()
     init = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
-    if init is not None:
+    if init is not None and "optim" in module.text:
         # The call is `Trainer(model, ...)`: positions are counted without `self`.
         own = _from_function(init, skip_self=True, scope=node)
         if own:
             return own
-    if hops >= _MAX_BASE_HOPS:
-        return ()
     for base in node.bases:  # `class Trainer(BaseTrainer)`: the optimizer is built in the base's __init__
-        inherited = _base_trained(base, modules, dotted, tree, hops + 1)
+        inherited = _base_trained(base, roots, module)
         if not inherited:
             continue
         if init is None:
@@ -151,47 +165,18 @@ def _trained_by(node: ast.stmt, modules: ProjectModules, dotted: str, tree: ast.
     return ()
 
 
-_MAX_BASE_HOPS = 3
-
-
-def _base_trained(base: ast.expr, modules: ProjectModules, dotted: str, tree: ast.Module, hops: int) -> Tuple[str, ...]:
+def _base_trained(base: ast.expr, roots: Roots, module: ModuleSummary) -> Tuple[str, ...]:
     """What a base class's __init__ trains: the base in this module, or imported from the project."""
     name = _dotted(base)
     if name is None:
         return ()
-    local = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
-    if local is not None:
-        return _trained_by(local, modules, dotted, tree, hops)
-    package = dotted if _is_package(modules, dotted) else dotted.rpartition(".")[0]
-    imported = _ast_imports(tree, package or None)
+    if isinstance(module.definitions.get(name), ast.ClassDef):
+        return _trained(roots, module, name)
     head, _, rest = name.partition(".")
-    source = imported.get(head)
+    source = module.imports.get(head)
     if source is None:
         return ()
-    qualified = f"{source}.{rest}" if rest else source
-    parts = qualified.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        text = modules.source(".".join(parts[:cut]))
-        if text is None or len(parts) - cut != 1:
-            continue
-        try:
-            base_tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return ()
-        base_module = ".".join(parts[:cut])
-        for node in base_tree.body:
-            if isinstance(node, ast.ClassDef) and node.name == parts[cut]:
-                return _trained_by(node, modules, base_module, base_tree, hops)
-        # `from .base_trainer import *` in a package __init__: look one module further
-        for star in _star_imports(base_tree, base_module if _is_package(modules, base_module) else base_module.rpartition(".")[0] or None):
-            star_text = modules.source(star)
-            if star_text is not None and f"class {parts[cut]}" in star_text:
-                star_tree = ast.parse(star_text)
-                for node in star_tree.body:
-                    if isinstance(node, ast.ClassDef) and node.name == parts[cut]:
-                        return _trained_by(node, modules, star, star_tree, hops)
-        return ()
-    return ()
+    return _trained_parameters(roots, f"{source}.{rest}" if rest else source)
 
 
 def _from_function(fn: ast.FunctionDef, skip_self: bool, scope: Optional[ast.AST] = None) -> Tuple[str, ...]:

@@ -11,56 +11,14 @@ syntax tree of the module it is in.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
 
-from migrator.analysis.project_modules import absolute
+from migrator.graph.modules import ImportLine, absolute, import_lines
 from migrator.context import ProjectModules, package_of
 
-_IMPORT = re.compile(
-    r"^[ \t]*(?:from[ \t]+(?P<base>\.*[\w.]*)[ \t]+import[ \t]+(?P<names>\([^)]*\)|[^\n#;]*)"
-    r"|import[ \t]+(?P<modules>[^\n#;]*))",
-    re.M,
-)
 _MAX_DEPTH = 6  # train.py -> trainer/__init__ -> trainer.trainer -> base/__init__ -> base.base_trainer: 4
-
-
-@dataclass(frozen=True)
-class ImportLine:
-    level: int  # leading dots of a relative import
-    module: Optional[str]  # `a.b` in `from a.b import c` / `import a.b`
-    names: Tuple[str, ...]  # `c` in `from a.b import c` (empty for `import a.b`)
-    line: int = 0  # 1-based
-
-
-def import_lines(text: str) -> List[ImportLine]:
-    """Every `import` / `from ... import` line of `text`, read as written."""
-    found = []
-    line, counted = 1, 0
-    for match in _IMPORT.finditer(text):
-        line += text.count("\n", counted, match.start())
-        counted = match.start()
-        if match.group("modules") is not None:
-            for part in match.group("modules").split(","):
-                words = part.split()
-                if words and _dotted(words[0]):
-                    found.append(ImportLine(0, words[0], (), line))
-            continue
-        base = match.group("base")
-        level = len(base) - len(base.lstrip("."))
-        module = base[level:] or None
-        if module is not None and not _dotted(module):
-            continue
-        listed = re.sub(r"#[^\n]*", "", match.group("names")).strip("() \t\\\n")
-        names = tuple(words[0] for words in (part.split() for part in listed.split(",")) if words and words[0].isidentifier())
-        found.append(ImportLine(level, module, names, line))
-    return found
-
-
-def _dotted(name: str) -> bool:
-    return all(part.isidentifier() for part in name.split("."))
 
 
 @dataclass

@@ -1,0 +1,256 @@
+"""The project's own modules, each read, parsed and summarised at most once per process.
+
+Questions about another module of the project ("does `utils.init_distributed_mode` set up a
+process group?", "does `Trainer(model, ...)` build an optimizer from `model`?") are asked by every
+candidate file that imports it. A repository of several hundred files asks them thousands of
+times, from scripts in many folders, so everything here is keyed by the module's *file*, never by
+the asking file: the text is read once, parsed once with the standard `ast` module (about ten
+times faster than LibCST; these modules are read, never rewritten here), and each top-level
+definition's calls are collected once, on first use, only for the names actually asked about.
+
+Where a dotted name lives depends on the asking script's folder (`python script.py` resolves
+imports from there, and from the folders above it up to the project's top: migrator.context);
+that lookup is a few `stat` calls, cached by (folder, name).
+"""
+from __future__ import annotations
+
+import ast
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional, Tuple, Union
+
+_MAX_MODULE_BYTES = 1_000_000  # a generated or vendored giant is not read for a helper
+
+Definition = Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]
+
+# -- import lines, read from the raw text ----------------------------------------------------
+# Which modules a file imports is asked of every file of a walked repository (project mode) and of
+# every candidate file (is it handed a model by a project module that trains it?); reading the
+# import lines with a regular expression costs microseconds, parsing the file milliseconds. A line
+# the expression misreads costs an edge, never a rewrite: every edit is decided on a syntax tree.
+_IMPORT = re.compile(
+    r"^[ \t]*(?:from[ \t]+(?P<base>\.*[\w.]*)[ \t]+import[ \t]+(?P<names>\([^)]*\)|[^\n#;]*)"
+    r"|import[ \t]+(?P<modules>[^\n#;]*))",
+    re.M,
+)
+
+
+@dataclass(frozen=True)
+class ImportLine:
+    level: int  # leading dots of a relative import
+    module: Optional[str]  # `a.b` in `from a.b import c` / `import a.b`
+    names: Tuple[str, ...]  # `c` in `from a.b import c` (empty for `import a.b`)
+    line: int = 0  # 1-based
+    bound: Tuple[str, ...] = ()  # the local names, in the order of `names` (`d` in `from a import c as d`)
+
+
+def import_lines(text: str) -> List[ImportLine]:
+    """Every `import` / `from ... import` line of `text`, read as written."""
+    found = []
+    line, counted = 1, 0
+    for match in _IMPORT.finditer(text):
+        line += text.count("\n", counted, match.start())
+        counted = match.start()
+        if match.group("modules") is not None:
+            for part in match.group("modules").split(","):
+                words = part.split()
+                if words and _is_dotted(words[0]):
+                    local = words[2] if len(words) == 3 and words[1] == "as" else words[0].split(".")[0]
+                    found.append(ImportLine(0, words[0], (), line, (local,)))
+            continue
+        base = match.group("base")
+        level = len(base) - len(base.lstrip("."))
+        module = base[level:] or None
+        if module is not None and not _is_dotted(module):
+            continue
+        listed = re.sub(r"#[^\n]*", "", match.group("names")).strip("() \t\\\n")
+        aliases = [words for words in (part.split() for part in listed.split(",")) if words and words[0].isidentifier()]
+        names = tuple(words[0] for words in aliases)
+        bound = tuple(words[2] if len(words) == 3 and words[1] == "as" else words[0] for words in aliases)
+        found.append(ImportLine(level, module, names, line, bound))
+    return found
+
+
+def _is_dotted(name: str) -> bool:
+    return all(part.isidentifier() for part in name.split("."))
+
+
+
+def absolute(level: int, module: Optional[str], package: Optional[str]) -> Optional[str]:
+    """The absolute dotted name of `from <level dots><module> import ...` inside `package`."""
+    if not level:
+        return module or None
+    if package is None:
+        return module or None  # a script run from its folder: `from .x import y` cannot run; read as `x`
+    parts = package.split(".")
+    if level - 1 > len(parts):
+        return None
+    base = parts[: len(parts) - (level - 1)]
+    return ".".join([*base, module] if module else base)
+
+
+def dotted(node: ast.AST) -> Optional[str]:
+    """`torch.nn.DataParallel` for a Name/Attribute chain; None for anything else."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+@dataclass
+class ModuleSummary:
+    """One module of the project as the others see it: its top-level definitions and imports."""
+
+    path: str
+    text: str
+    package: Optional[str]  # the package its relative imports resolve in
+    tree: Optional[ast.Module]  # None: it does not parse
+    _imports: Optional[Dict[str, str]] = field(default=None, repr=False)
+    _stars: Optional[Tuple[str, ...]] = field(default=None, repr=False)
+    _definitions: Optional[Dict[str, Definition]] = field(default=None, repr=False)
+    _calls: Dict[str, Tuple[str, ...]] = field(default_factory=dict, repr=False)
+
+    @property
+    def definitions(self) -> Dict[str, Definition]:
+        """Top-level functions and classes by name (the last definition of a name wins, as at run time)."""
+        if self._definitions is None:
+            body = self.tree.body if self.tree is not None else []
+            self._definitions = {
+                node.name: node for node in body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            }
+        return self._definitions
+
+    @property
+    def imports(self) -> Dict[str, str]:
+        """Local name -> absolute dotted source, for the module's top-level imports."""
+        if self._imports is None:
+            self._imports = {}
+            for node in self.tree.body if self.tree is not None else ():
+                if isinstance(node, ast.Import):
+                    for alias in node.names:
+                        local = alias.asname or alias.name.split(".")[0]
+                        self._imports.setdefault(local, alias.name if alias.asname else local)
+                elif isinstance(node, ast.ImportFrom):
+                    base = absolute(node.level, node.module, self.package)
+                    if base is not None:
+                        for alias in node.names:
+                            if alias.name != "*":
+                                self._imports.setdefault(alias.asname or alias.name, f"{base}.{alias.name}")
+        return self._imports
+
+    @property
+    def star_imports(self) -> Tuple[str, ...]:
+        """The modules `from x import *` pulls names from, in order."""
+        if self._stars is None:
+            found: List[str] = []
+            for node in self.tree.body if self.tree is not None else ():
+                if isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names):
+                    base = absolute(node.level, node.module, self.package)
+                    if base:
+                        found.append(base)
+            self._stars = tuple(found)
+        return self._stars
+
+    def calls(self, name: str) -> Tuple[str, ...]:
+        """The dotted names a top-level definition calls (its whole body, methods included), once."""
+        found = self._calls.get(name)
+        if found is None:
+            node = self.definitions.get(name)
+            found = self._calls[name] = tuple(_called_names(node)) if node is not None else ()
+        return found
+
+
+def _called_names(node: ast.AST) -> Iterator[str]:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            name = dotted(sub.func)
+            if name:
+                yield name
+
+
+class ModuleIndex:
+    """Files -> summaries, and (folder, dotted name) -> file. One per process (`INDEX`)."""
+
+    def __init__(self) -> None:
+        self._summaries: Dict[Tuple[str, int, int], Optional[ModuleSummary]] = {}
+        self._found: Dict[Tuple[str, str], Optional[str]] = {}
+        self._packages: Dict[str, bool] = {}
+
+    def find(self, roots: Tuple[str, ...], name: str) -> Optional[str]:
+        """The file of module `name` as seen from `roots` (`pkg/mod.py` or `pkg/mod/__init__.py`)."""
+        parts = name.split(".")
+        if not all(part.isidentifier() for part in parts):
+            return None
+        for root in roots:
+            key = (root, name)
+            if key not in self._found:
+                base = os.path.join(root, *parts)
+                self._found[key] = next(
+                    (c for c in (base + ".py", os.path.join(base, "__init__.py")) if os.path.isfile(c)), None
+                )
+            if self._found[key] is not None:
+                return self._found[key]
+        return None
+
+    def module(self, roots: Tuple[str, ...], name: str) -> Optional[ModuleSummary]:
+        """The summary of module `name` as seen from `roots`; None when it is not in the project or not readable."""
+        path = self.find(roots, name)
+        if path is None:
+            return None
+        return self.summary(path, name)
+
+    def summary(self, path: str, name: str) -> Optional[ModuleSummary]:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return None
+        key = (os.path.realpath(path), stat.st_mtime_ns, stat.st_size)  # an edited file is read again
+        if key not in self._summaries:
+            self._summaries[key] = _summarise(path, name, stat.st_size)
+        return self._summaries[key]
+
+    def text(self, roots: Tuple[str, ...], name: str) -> Optional[str]:
+        found = self.module(roots, name)
+        return found.text if found is not None else None
+
+    def clear(self) -> None:
+        self._summaries.clear()
+        self._found.clear()
+        self._packages.clear()
+
+
+def _summarise(path: str, name: str, size: int) -> Optional[ModuleSummary]:
+    if size > _MAX_MODULE_BYTES:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    try:
+        tree: Optional[ast.Module] = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = None
+    is_package = os.path.basename(path) == "__init__.py"
+    package = name if is_package else name.rpartition(".")[0]
+    return ModuleSummary(path, text, package or None, tree)
+
+
+#: The process's index. Worker processes (cli --jobs) each fill their own.
+INDEX = ModuleIndex()
+
+
+def lookup(roots: Tuple[str, ...], qualified: str) -> Optional[Tuple[ModuleSummary, Tuple[str, ...]]]:
+    """`pkg.mod.func` -> (the summary of pkg/mod.py, ("func",)): the longest module prefix that is
+    a file of the project, and the names after it (`Class.method` gives two)."""
+    parts = qualified.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        found = INDEX.module(roots, ".".join(parts[:cut]))
+        if found is not None:
+            return found, tuple(parts[cut:])
+    return None
