@@ -17,7 +17,7 @@ from migrator.context import FileContext
 from migrator.errors import IntroducedSyntaxError, SourceParseError
 from migrator.legacy_syntax import RULE as ASYNC_KEYWORD, rename_async_keywords
 from migrator.options import Options
-from migrator.relevance import python_may_need_migration
+from migrator.relevance import python_may_need_migration, python_may_train
 from migrator.rules import FIXERS, REPORTERS, rules_in_scope
 from migrator.rules.launch_calls import RULE as LAUNCH_IN_PYTHON
 from migrator.types import Change, Result
@@ -53,7 +53,7 @@ def _suppressed(source: str, options: Options, engine: suppress.Rerun) -> Result
 
 
 def _migrate(source: str, options: Options, rewrite: bool = True, context: Optional[FileContext] = None) -> Result:
-    if not python_may_need_migration(source):
+    if not _may_need_engine(source, context):
         return Result(code=source, original=source)
     module, parsed, renamed = _parse_renaming_async(source, options)
     facts = analyze(module, context)
@@ -65,7 +65,7 @@ def _migrate(source: str, options: Options, rewrite: bool = True, context: Optio
     for _, reporter in REPORTERS:
         reporter(facts, plan)  # what it reports is filtered by code below, like every diagnostic
     diagnostics = tuple(d for d in plan.diagnostics if options.enabled(d.code) and (scope is None or d.code in scope))
-    diagnostics += _library_hint(source, facts, diagnostics, options)
+    diagnostics += _library_hint(source, facts, diagnostics, options, (module, facts.positions) if not renamed else None)
     trains = (facts.trains or facts.already_distributed) and not (context is not None and context.is_test_module)
     launch_args = facts.required_arguments if trains else None
     plan.changes += [Change(ASYNC_KEYWORD.code, line, col + 1, "async= renamed non_blocking= (PyTorch 0.4)") for line, col in renamed]
@@ -87,7 +87,22 @@ def _migrate(source: str, options: Options, rewrite: bool = True, context: Optio
     return Result(code=code, changes=changes, diagnostics=diagnostics, original=source, launch_args=launch_args)
 
 
-def _library_hint(source: str, facts, diagnostics, options: Options) -> tuple:
+def _may_need_engine(source: str, context: Optional[FileContext]) -> bool:
+    """From the text (and the project's modules' summaries) alone: may any rule act on this file?
+    Parsing with LibCST is most of the engine's cost; a repository's model and layer files skip it."""
+    if not python_may_need_migration(source):
+        return False
+    test_module = context is not None and context.is_test_module
+    if python_may_train(source, test_module):
+        return True
+    if test_module:
+        return False
+    from migrator.analysis.project_training import may_train_through_project
+
+    return may_train_through_project(source, context)
+
+
+def _library_hint(source: str, facts, diagnostics, options: Options, parsed) -> tuple:
     """A training module with no entry point of its own is declined; DDP140 says how project mode
     migrates it with its caller, and what it would change (migrator.project.hints)."""
     if facts.entry is not None or facts.has_main_guard or facts.already_distributed:
@@ -98,7 +113,7 @@ def _library_hint(source: str, facts, diagnostics, options: Options) -> tuple:
     if is_script(facts.module):
         return ()  # module-level training loop: a flat script, not a module its caller trains through
 
-    hint = library_hint(source, [d for d in diagnostics if d.code in LIBRARY_DECLINES], options)
+    hint = library_hint(source, [d for d in diagnostics if d.code in LIBRARY_DECLINES], options, parsed)
     return (hint,) if hint is not None else ()
 
 

@@ -38,8 +38,8 @@ device = "single_gpu"
 """
 CLEAN = "import torch\n\nprint(torch.__version__)\n"
 PY2 = 'import torch\n\nprint "hello"\n'
-# Python 2 that the real engine must parse (it imports an optimizer, so the relevance prefilter reads it).
-PY2_TRAINING = 'import torch\nimport torch.optim as optim\n\nprint "hello"\n'
+# Python 2 that the real engine must parse (it builds an optimizer, so the relevance prefilter reads it).
+PY2_TRAINING = 'import torch\nimport torch.optim as optim\n\nopt = optim.SGD(model.parameters(), lr=0.1)\nprint "hello"\n'
 
 # --------------------------------------------------------------------------- harness
 

@@ -16,7 +16,7 @@ from migrator.rules import RULES, RULES_BY_CODE
 WRAP_EXAMPLE = RULES_BY_CODE["DDP003"].examples[0].before
 ADVISORY = next(rule for rule in RULES if rule.code.startswith("DDP1") and rule.examples)
 LAUNCH = "#!/bin/bash\npython -m torch.distributed.launch --nproc_per_node=2 --use_env train.py\n"
-PY2 = 'import torch\nimport torch.optim as optim\n\nprint "hello"\n'
+PY2 = 'import torch\nimport torch.optim as optim\n\nopt = optim.SGD(model.parameters(), lr=0.1)\nprint "hello"\n'
 
 PLAIN_ENV = {"FORCE_COLOR": None, "NO_COLOR": None, "TTY_COMPATIBLE": None, "TERM": "xterm", "COLUMNS": "80"}
 
@@ -50,12 +50,12 @@ BY_RULE_KEYS = {"code", "name", "count"}
 HUMAN_KEYS = {"code", "line", "column", "message", "summary", "hint"}
 FINDING_KEYS = {"code", "name", "line", "column", "message", "fixable", "kind"}
 ERROR_KEYS = {"kind", "message", "line", "column"}
-SUMMARY_KEYS = {"files", "changed", "unchanged", "failed", "findings", "fixable", "in_place", "exit_code"}
+SUMMARY_KEYS = {"files", "changed", "unchanged", "failed", "skipped", "findings", "fixable", "in_place", "exit_code"}
 
 
 def _validate(document: Dict[str, Any]) -> None:
     """The schema documented in README.md ("Output formats")."""
-    assert set(document) == {"version", "files", "summary"}
+    assert set(document) == {"version", "files", "skipped", "summary"}
     assert document["version"] == JSON_VERSION == 1
     for entry in document["files"]:
         assert set(entry) == FILE_KEYS
@@ -115,7 +115,7 @@ def test_json_is_the_documented_schema_and_all_of_stdout(project):
         "launch": [],
     }
     assert by_path["old.py"]["error"]["kind"] == "parse"
-    assert by_path["old.py"]["error"]["line"] == 4
+    assert by_path["old.py"]["error"]["line"] == 5
     assert by_path["old.py"]["error"]["message"].startswith("cannot parse: ")
     assert [f["code"] for f in by_path["run.sh"]["findings"]] == ["DDP201", "DDP202"]
 
@@ -158,7 +158,7 @@ def test_github_annotations(project):
     assert all(line.startswith(("::warning ", "::error ")) for line in out)
     assert "::warning file=run.sh,line=2,col=1,title=DDP201::[*] `python -m torch.distributed.launch` becomes `torchrun`" in out
     (error,) = [line for line in out if line.startswith("::error ")]
-    assert error.startswith("::error file=old.py,line=4,col=")
+    assert error.startswith("::error file=old.py,line=5,col=")
     assert ",title=ddp-migrate::cannot parse: " in error
     expected = migrate(WRAP_EXAMPLE)
     assert len([line for line in out if "file=train.py," in line]) == len(expected.changes) + len(expected.diagnostics)
