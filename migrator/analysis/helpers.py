@@ -12,8 +12,29 @@ Block = Union[cst.Module, cst.IndentedBlock]
 Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
 
 
+_EMPTY_MODULE = cst.Module(body=[])
+_NO_SPACE = cst.SimpleWhitespace("")
+
+
 def code_of(node: cst.CSTNode) -> str:
-    return cst.Module(body=[]).code_for_node(node)
+    """The node's exact source text. Names and plain dotted chains (`self.model`, most of what is
+    asked) are read off the nodes; anything else goes through LibCST's code generation."""
+    plain = _plain_dotted(node)
+    return plain if plain is not None else _EMPTY_MODULE.code_for_node(node)
+
+
+def _plain_dotted(node: cst.CSTNode):
+    parts = []
+    while type(node) is cst.Attribute:
+        dot = node.dot
+        if node.lpar or dot.whitespace_before != _NO_SPACE or dot.whitespace_after != _NO_SPACE:  # type: ignore[union-attr]
+            return None
+        parts.append(node.attr.value)
+        node = node.value
+    if type(node) is not cst.Name or node.lpar:
+        return None
+    parts.append(node.value)
+    return ".".join(reversed(parts))
 
 
 # --------------------------------------------------------------------------- small helpers

@@ -8,8 +8,11 @@ never a silent decline.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
+import libcst as cst
+
+from migrator.analysis.facts import LazyPositions
 from migrator.options import Options
 from migrator.project.rewrite import ModuleRole, migrate_module
 from migrator.project.rules import MODULE_NEEDS_MIGRATION
@@ -20,12 +23,14 @@ LIBRARY_DECLINES = frozenset({"DDP101", "DDP104", "DDP114"})
 _MAX_LISTED = 6
 
 
-def library_hint(source: str, declines: Sequence[Diagnostic], options: Options) -> Optional[Diagnostic]:
+def library_hint(
+    source: str, declines: Sequence[Diagnostic], options: Options, parsed: Optional[Tuple[cst.Module, LazyPositions]] = None
+) -> Optional[Diagnostic]:
     """DDP140 at the first decline: run project mode; what it would change here."""
     if not options.enabled(MODULE_NEEDS_MIGRATION.code, MODULE_NEEDS_MIGRATION.name) or not declines:
         return None
     try:
-        needs = migrate_module(source, ModuleRole(("the script that calls it",)), options, rewrite=False)
+        needs = migrate_module(source, ModuleRole(("the script that calls it",)), options, rewrite=False, parsed=parsed)
     except Exception:  # noqa: BLE001 - a hint is never worth a failure
         return None
     changes = _listed([f"line {c.line} {c.code}: {c.message}" for c in needs.changes])

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Dict, Optional, Set, Tuple
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
 from migrator import edits, suppress
+from migrator.analysis.facts import LazyPositions
 from migrator.bindings import dotted_name
 from migrator.options import Options
 from migrator.project.rules import (
@@ -58,6 +58,7 @@ from migrator.project.shapes import (
     shuffles_or_samples,
     source_of,
     trains,
+    parents_in_visit_order,
     walk,
     with_sampler,
     wrappers,
@@ -84,24 +85,35 @@ class ModuleRole:
     batch_why: str = ""
 
 
-def migrate_module(source: str, role: ModuleRole, options: Optional[Options] = None, rewrite: bool = True) -> Result:
+def migrate_module(
+    source: str, role: ModuleRole, options: Optional[Options] = None, rewrite: bool = True,
+    parsed: Optional[Tuple[cst.Module, LazyPositions]] = None,
+) -> Result:
     """The module's source with the project edits made (or, `rewrite=False`, only what they
     would be: `code` stays `source` and `pending` says whether anything would change).
+    `parsed`: `source` already parsed, with its positions (the per-file engine has both), so
+    neither is computed again.
 
     `# ddp-migrate: ignore[DDP032]` comments work as in a script (migrator.suppress)."""
     options = options or Options()
-    engine = functools.partial(_migrate_module, role=role, rewrite=rewrite)
+    engine = functools.partial(_migrate_module, role=role, rewrite=rewrite, parsed=(source, parsed) if parsed else None)
     return suppress.apply(engine(source, options), source, options, engine, suppress.python_suppressions(source))
 
 
 
 
-def _migrate_module(source: str, options: Options, role: ModuleRole, rewrite: bool) -> Result:
+def _migrate_module(
+    source: str, options: Options, role: ModuleRole, rewrite: bool,
+    parsed: Optional[Tuple[str, Tuple[cst.Module, LazyPositions]]] = None,
+) -> Result:
     if not any(word in source for word in ("DataLoader", "loader", "save", "state_dict", "model", "net", "iter", "data")):
         return Result(code=source, original=source)
-    module = cst.parse_module(source)
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    finder = _Finder(wrapper, role, options)
+    if parsed is not None and parsed[0] == source:  # a suppression's rerun gets other text, parsed anew
+        module, positions = parsed[1]
+    else:
+        module = cst.parse_module(source)
+        positions = LazyPositions(module)
+    finder = _Finder(module, source, positions, role, options)
     plan = finder.plan
     if plan.empty:
         return Result(code=source, diagnostics=tuple(plan.diagnostics), original=source)
@@ -118,12 +130,12 @@ def _migrate_module(source: str, options: Options, role: ModuleRole, rewrite: bo
 class _Finder:
     """Walks the module once and writes what it finds into an edits.Plan."""
 
-    def __init__(self, wrapper: MetadataWrapper, role: ModuleRole, options: Options) -> None:
+    def __init__(self, module: cst.Module, source: str, positions: LazyPositions, role: ModuleRole, options: Options) -> None:
         self.role = role
         self.options = options
-        self.positions = wrapper.resolve(PositionProvider)
-        self.parents: Dict[cst.CSTNode, cst.CSTNode] = dict(wrapper.resolve(ParentNodeProvider))
-        self.module = wrapper.module
+        self.positions = positions
+        self.parents: Dict[cst.CSTNode, cst.CSTNode] = parents_in_visit_order(module)
+        self.module = module
         self.plan = edits.Plan()
         self.names = ModuleNames.of(self.module)
         self.guarded_functions: Set[cst.FunctionDef] = set()
@@ -148,10 +160,10 @@ class _Finder:
                 self._save(call)
             for call in calls:
                 self._read_back(call)
-        if self._on(MODULE_CHECKPOINT_KEYS.code) and role.unwrap_keys and ".module." not in self.module.code:
+        if self._on(MODULE_CHECKPOINT_KEYS.code) and role.unwrap_keys and ".module." not in source:
             for call in calls:
                 self._keys(call)
-        if self._on(MODULE_MODEL_API.code) and role.unwrap_keys and ".module." not in self.module.code:
+        if self._on(MODULE_MODEL_API.code) and role.unwrap_keys and ".module." not in source:
             for node in list(self.parents):
                 if isinstance(node, cst.Attribute) and node not in demo:
                     self._model_api(node)
@@ -434,8 +446,8 @@ class _Finder:
         return current
 
     def _line_col(self, node: cst.CSTNode) -> Tuple[int, int]:
-        start = self.positions[node].start
-        return start.line, start.column + 1
+        line, column = self.positions.start(node) or (1, 0)
+        return line, column + 1
 
     def _change(self, code: str, node: cst.CSTNode, message: str) -> None:
         line, col = self._line_col(node)

@@ -10,6 +10,7 @@ import libcst as cst
 
 from migrator import edits
 from migrator.bindings import dotted_name
+from migrator.tree import children
 
 # What a DDP wrapper answers itself: nn.Module's API (and DDP's). Anything else a module asks of
 # the model it was handed (`model.configure_optimizers`, `model.encoder`) is the user's class's.
@@ -256,15 +257,30 @@ def source_of(node: cst.CSTNode) -> str:
 
 def walk_in_order(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     yield node
-    for child in node.children:
+    for child in children(node):
         yield from walk_in_order(child)
 
 def inside(node: cst.CSTNode, container: cst.CSTNode) -> bool:
     return any(n is node for n in walk(container))
 
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Every syntax node under `node` (itself included; LibCST's trivia left out), deepest-last first."""
     stack: List[cst.CSTNode] = [node]
     while stack:
         current = stack.pop()
         yield current
-        stack.extend(current.children)
+        stack.extend(children(current))
+
+
+def parents_in_visit_order(module: cst.Module) -> Dict[cst.CSTNode, cst.CSTNode]:
+    """child -> parent for every syntax node, in the order LibCST's ParentNodeProvider fills it
+    (each node's children when the node is visited, pre-order), without its metadata machinery."""
+    parents: Dict[cst.CSTNode, cst.CSTNode] = {}
+    stack: List[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        kids = children(node)
+        for child in kids:
+            parents[child] = node
+        stack.extend(reversed(kids))
+    return parents
