@@ -155,6 +155,12 @@ def migrate_launcher(text: str, kind: str, options: Optional[Options] = None) ->
     help="replicated (default): evaluation loaders stay whole on every rank; sharded: each rank evaluates its "
     "part and the sums the metric is computed from are all-reduced.",
 )
+@click.option(
+    "--max-file-size",
+    metavar="SIZE",
+    default=None,
+    help="Skip Python files larger than SIZE (bytes, or with K/M/G: 512K, 2M; 0: no limit). Default: 512K.",
+)
 @click.option("--isolated", is_flag=True, help="Ignore every configuration file.")
 @click.option(
     "--output-format",
@@ -208,6 +214,7 @@ def cli(
     config_path: Optional[Path],
     batch: Optional[str],
     evaluation: Optional[str],
+    max_file_size: Optional[str],
     isolated: bool,
     output_format: str,
     jobs: Optional[int],
@@ -259,12 +266,13 @@ def cli(
     except ConfigError as exc:
         raise UsageError(str(exc), prefix="") from None
     options = replace(resolve_rules(config.rules, cli_rules), batch=batch or config.batch, eval=evaluation or config.eval)
+    size_limit = _size_limit(max_file_size, config)
 
     report = Report(mode)
     show = _Show(mode, output_format, out=out, err=err, quiet=quiet, verbose=verbose)
     if use_stdin:
         data = sys.stdin.buffer.read()
-        for done in run_jobs([_read_stdin(data, stdin_filename)], mode, options):
+        for done in run_jobs([_read_stdin(data, stdin_filename, size_limit)], mode, options):
             show.file(done, report)
         show.finish(report)
         ctx.exit(report.return_code)
@@ -291,8 +299,8 @@ def cli(
     progress = render.progress(err, len(sources)) if output_format == "text" and not quiet else None
     outcomes: List[Migrated] = []
     try:
-        for done in migrate_files(sources, mode, options,
-                                  jobs=jobs or cpu_count(), walked=walked, write=False):
+        for done in migrate_files(sources, mode, options, jobs=jobs or cpu_count(), walked=walked, write=False,
+                                  max_size=size_limit):
             if progress is not None:
                 progress.advance()
             outcomes.append(done)
@@ -304,6 +312,18 @@ def cli(
         show.file(_write_back(done) if mode.writes else done, report)
     show.finish(report)
     ctx.exit(report.return_code)
+
+
+def _size_limit(flag: Optional[str], config: Config) -> int:
+    """--max-file-size, else the config's, else the default (bytes; 0: no limit)."""
+    from migrator.config import DEFAULT_MAX_FILE_SIZE, parse_size
+
+    if flag is None:
+        return config.max_file_size if config.max_file_size is not None else DEFAULT_MAX_FILE_SIZE
+    try:
+        return parse_size(flag)
+    except ValueError as exc:
+        raise UsageError(f"--max-file-size {exc}") from None
 
 
 def _rule_flags(**values: Tuple[str, ...]) -> RuleSelection:
@@ -392,6 +412,7 @@ class Migrated:
     code: Optional[str] = None
     skipped: Optional[str] = None  # why a walked file was passed over (not text); shown with -v
     python: bool = False  # a Python source (project mode plans those), as _read judged it
+    notice: bool = False  # the skip is shown without -v too (a file above the size limit)
 
 
 @dataclass(frozen=True)
@@ -404,7 +425,7 @@ class _Job:
     source: files.SourceFile
 
 
-def _read(path: Path, options: Options, walked: bool = False) -> Union[Migrated, _Job]:
+def _read(path: Path, options: Options, walked: bool = False, max_size: int = 0) -> Union[Migrated, _Job]:
     """Read a file and decide from its text whether the engine is needed at all. Never raises.
 
     A file found in a directory walk (`walked`) that is not text (NUL bytes, or bytes its encoding
@@ -419,6 +440,9 @@ def _read(path: Path, options: Options, walked: bool = False) -> Union[Migrated,
                 "not a Python script or a launcher file (shell, Makefile, Dockerfile, YAML, Markdown, reST, notebook)",
             )
         if kind == files.PYTHON:
+            size = os.stat(path).st_size
+            if max_size and size > max_size:
+                return Migrated(FileOutcome(name), skipped=_too_large(size, max_size), notice=True)
             source = files.read_source(path)
             relevant = any(word in source.text for word in PYTHON_RELEVANT)
         else:
@@ -437,7 +461,14 @@ def _read(path: Path, options: Options, walked: bool = False) -> Union[Migrated,
     return _Job(path, name, kind, source)
 
 
-def _read_stdin(data: bytes, filename: Optional[str]) -> Union[Migrated, _Job]:
+def _too_large(size: int, limit: int) -> str:
+    from migrator.config import format_size
+
+    return (f"{format_size(size)} is above the {format_size(limit)} limit for Python files "
+            "(raise it with --max-file-size, or max-file-size in [tool.ddp-migrate])")
+
+
+def _read_stdin(data: bytes, filename: Optional[str], max_size: int = 0) -> Union[Migrated, _Job]:
     """stdin as a file named `filename` (its kind from the name; Python when there is none)."""
     name = files.display_path(filename) if filename else "-"
     path = Path(filename or "-")
@@ -445,6 +476,8 @@ def _read_stdin(data: bytes, filename: Optional[str]) -> Union[Migrated, _Job]:
         kind = files.source_kind(path) if filename else files.PYTHON
         if kind is None:
             kind = files.PYTHON
+        if kind == files.PYTHON and max_size and len(data) > max_size:
+            return Migrated(FileOutcome(name), skipped=_too_large(len(data), max_size), notice=True)
         source = files.read_data(data, path, kind)
     except Exception as exc:  # noqa: BLE001
         return Migrated(FileOutcome(name, error=_failure(exc, name)))
@@ -506,17 +539,18 @@ def _one_line(message: str) -> str:
 
 def migrate_files(
     paths: Sequence[Path], mode: WriteBack, options: Options, *, jobs: int = 1, walked: Optional[Set[int]] = None,
-    write: bool = True,
+    write: bool = True, max_size: int = 0,
 ) -> Iterator[Migrated]:
     """Each file's outcome, in the order of `paths`, written back first when `mode` writes.
 
     Files are read here; those that need the engine are migrated here, or in `jobs` worker
     processes when there are at least POOL_MIN_FILES of them. Writing and everything shown
     happen in this process, in order, so the output does not depend on `jobs`. `walked` holds
-    the indexes of the paths found in a directory walk (a binary one among them is skipped).
+    the indexes of the paths found in a directory walk (a binary one among them is skipped);
+    Python files above `max_size` bytes (0: no limit) are skipped unread.
     """
     walked = walked or set()
-    read = [_read(path, options, i in walked) for i, path in enumerate(paths)]
+    read = [_read(path, options, i in walked, max_size) for i, path in enumerate(paths)]
     yield from run_jobs(read, mode, options, jobs=jobs, write=write)
 
 
@@ -659,11 +693,15 @@ class _Show:
         self.quiet = quiet
         self.verbose = verbose
         self.outcomes: List[FileOutcome] = []
+        self.noticed: List[Tuple[str, str]] = []  # (path, why) of files skipped for a reason the user must hear
 
     def file(self, done: Migrated, report: Report) -> None:
         outcome = done.outcome
         if done.skipped is not None:
-            if self.verbose and not self.quiet and self.format == "text":
+            if done.notice:
+                self.noticed.append((outcome.path, done.skipped))
+                report.skipped()
+            if (self.verbose or done.notice) and not self.quiet and self.format == "text":
                 render.print_status(self.err, f"{outcome.path}: skipped: {done.skipped}")
             return
         self.outcomes.append(outcome)
@@ -709,7 +747,7 @@ class _Show:
         if self.format == "json":
             from migrator.output import to_json
 
-            render.print_text(self.out, to_json(self.outcomes, report))
+            render.print_text(self.out, to_json(self.outcomes, report, self.noticed))
         elif self.format == "sarif":
             from migrator.output import to_sarif
 

@@ -7,6 +7,7 @@
     extend-exclude = ["*_pb2.py"]       # added to `exclude` (or to the default)
     batch = "global"                    # or "per-process": what a sharded training loader's batch_size means
     eval = "sharded"                    # or "replicated" (the default): evaluation loaders split over the ranks
+    max-file-size = "2M"                # Python files above this are skipped (bytes, or K/M/G; 0: no limit)
 
 The file is the nearest pyproject.toml with a `[tool.ddp-migrate]` table, searched upward from the
 first PATH (or the working directory), stopping at a repository root (a folder holding `.git`) or
@@ -33,7 +34,14 @@ TABLE = "ddp-migrate"
 PYPROJECT = "pyproject.toml"
 
 #: Keys of the table; `extend-select` / `extend-ignore` mean what they mean on the command line.
-KEYS = ("select", "ignore", "extend-select", "extend-ignore", "exclude", "extend-exclude", "batch", "eval")
+KEYS = ("select", "ignore", "extend-select", "extend-ignore", "exclude", "extend-exclude", "batch", "eval", "max-file-size")
+
+#: Python files larger than this are skipped unread (`--max-file-size`, `max-file-size`): a generated
+#: or vendored module of that size is no training script, and parsing one costs about a gigabyte per
+#: megabyte (scripts/bench.py --repos measures it).
+DEFAULT_MAX_FILE_SIZE = 512 * 1024
+_SIZE_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
+               "G": 1024**3, "GB": 1024**3, "GIB": 1024**3}
 
 ALL_CODES: Tuple[str, ...] = tuple(code for code, _ in CODES)
 
@@ -65,6 +73,7 @@ class Config:
     extend_exclude: Tuple[str, ...] = ()
     batch: Optional[str] = None  # "global" | "per-process" (Options.batch)
     eval: Optional[str] = None  # "replicated" | "sharded" (Options.eval)
+    max_file_size: Optional[int] = None  # bytes; 0: no limit; None: DEFAULT_MAX_FILE_SIZE
 
     @property
     def root(self) -> Optional[Path]:
@@ -225,7 +234,43 @@ def _config(path: Path, table: Dict[str, Any], where: str) -> Config:
     if evaluation is not None and evaluation not in EVAL_MODES:
         shown = repr(evaluation) if isinstance(evaluation, str) else _toml_type(evaluation)
         raise ConfigError(f"{prefix}eval must be one of {', '.join(repr(m) for m in EVAL_MODES)}, not {shown}")
-    return Config(path, rules, strings("exclude"), strings("extend-exclude") or (), batch, evaluation)
+    size = table.get("max-file-size")
+    max_file_size = None
+    if size is not None:
+        try:
+            max_file_size = parse_size(size)
+        except ValueError as exc:
+            raise ConfigError(f"{prefix}max-file-size {exc}") from None
+    return Config(path, rules, strings("exclude"), strings("extend-exclude") or (), batch, evaluation, max_file_size)
+
+
+def parse_size(value: Any) -> int:
+    """`512K`, `2M`, `1.5MiB`, `1000000` or an integer -> bytes (0: no limit). ValueError says why."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"must be a size such as 512K or 2M, not {_toml_type(value)}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"must not be negative, not {value}")
+        return value
+    text = value.strip().upper().replace(" ", "")
+    number = text.rstrip("KMGIB")
+    unit = text[len(number):]
+    try:
+        amount = float(number)
+    except ValueError:
+        amount = -1.0
+    if unit not in _SIZE_UNITS or amount < 0 or not number:
+        raise ValueError(f"must be a size such as 512K, 2M or 1000000 (bytes), not {value!r}")
+    return int(amount * _SIZE_UNITS[unit])
+
+
+def format_size(size: int) -> str:
+    """1048576 -> "1 MiB", 524288 -> "512 KiB", 1000 -> "1000 bytes"."""
+    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if size >= factor:
+            amount = size / factor
+            return f"{amount:.0f} {unit}" if amount == int(amount) else f"{amount:.1f} {unit}"
+    return f"{size} bytes"
 
 
 def _toml_type(value: Any) -> str:

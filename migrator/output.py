@@ -124,7 +124,7 @@ def _fixable(kind: str, finding: Any) -> bool:
 # --------------------------------------------------------------------------- json
 
 
-def to_json(outcomes: Sequence[FileOutcome], report: "Report") -> str:
+def to_json(outcomes: Sequence[FileOutcome], report: "Report", skipped: Sequence[Tuple[str, str]] = ()) -> str:
     """The JSON report (schema version JSON_VERSION; see README "Output formats")."""
     import json
 
@@ -169,11 +169,13 @@ def to_json(outcomes: Sequence[FileOutcome], report: "Report") -> str:
     document = {
         "version": JSON_VERSION,
         "files": files,
+        "skipped": [{"path": path, "reason": why} for path, why in skipped],
         "summary": {
             "files": report.total,
             "changed": report.change_count,
             "unchanged": report.same_count,
             "failed": report.failure_count,
+            "skipped": report.skip_count,
             "findings": findings,
             "fixable": fixable,
             "in_place": report.mode.writes,

@@ -61,6 +61,10 @@ class Report:
     change_count: int = 0
     same_count: int = 0
     failure_count: int = 0
+    skip_count: int = 0  # files passed over for a reason shown to the user (above the size limit)
+
+    def skipped(self) -> None:
+        self.skip_count += 1
 
     def done(self, changed: bool) -> None:
         if changed:
@@ -97,6 +101,7 @@ class Report:
             (self.change_count, migrated),
             (self.same_count, "left unchanged"),
             (self.failure_count, "failed"),
+            (self.skip_count, "skipped"),
         ]
         out = []
         for count, what in parts:

@@ -298,3 +298,83 @@ def test_discover_exclude_outside_the_root_matches_names(tmp_path):
     elsewhere.mkdir()
     found = discover([tmp_path / "proj"], [Exclude(DEFAULT_EXCLUDE, elsewhere), Exclude(("gen",), elsewhere)])
     assert [p.relative_to(tmp_path).as_posix() for p in found] == ["proj/a.py"]
+
+
+# --------------------------------------------------------------------------- max-file-size
+
+@pytest.mark.parametrize("value, size", [
+    ("512K", 512 * 1024), ("2M", 2 * 1024**2), ("1.5MiB", int(1.5 * 1024**2)), ("1000000", 1_000_000),
+    (4096, 4096), ("0", 0), ("1 g", 1024**3),
+])
+def test_sizes(value, size):
+    from migrator.config import parse_size
+
+    assert parse_size(value) == size
+
+
+@pytest.mark.parametrize("value", ["2X", "-1", "", "M", True, 1.5, -3, [1]])
+def test_a_bad_size_says_so(value):
+    from migrator.config import parse_size
+
+    with pytest.raises(ValueError, match="must"):
+        parse_size(value)
+
+
+def _big(path: Path, size: int) -> Path:
+    """A training script padded with a comment to `size` bytes."""
+    text = WRAP_EXAMPLE + "# " + "x" * max(0, size - len(WRAP_EXAMPLE) - 3) + "\n"
+    return write(path, text)
+
+
+def test_a_python_file_above_the_limit_is_skipped_with_one_line(project):
+    _big(project / "huge.py", 600 * 1024)
+    write(project / "train.py", WRAP_EXAMPLE)
+    result = invoke("--check", ".")
+    assert result.exit_code == 1  # train.py would change; the skip is not a failure
+    assert ("huge.py: skipped: 600 KiB is above the 512 KiB limit for Python files (raise it with --max-file-size, "
+            "or max-file-size in [tool.ddp-migrate])") in result.stderr.splitlines()
+    assert result.stderr.splitlines()[-1] == "1 file would be migrated, 1 skipped"
+    assert invoke("--check", "--quiet", ".").stderr == ""
+
+
+def test_the_limit_comes_from_the_flag_then_the_config(project):
+    _big(project / "huge.py", 600 * 1024)
+    assert "huge.py: skipped" not in invoke("--check", "--max-file-size", "1M", "huge.py").stderr
+    assert invoke("--check", "--max-file-size", "0", "huge.py").exit_code == 1  # 0: no limit, it is migrated
+    write(project / "pyproject.toml", '[tool.ddp-migrate]\nmax-file-size = "100K"\n')
+    write(project / "train.py", WRAP_EXAMPLE + "#" * 200_000 + "\n")
+    assert "train.py: skipped: 195.6 KiB is above the 100 KiB limit" in invoke("--check", "train.py").stderr
+    assert invoke("--check", "--max-file-size", "1M", "train.py").exit_code == 1  # the flag wins
+
+
+def test_skipped_files_are_in_the_json_report(project):
+    import json
+
+    _big(project / "huge.py", 600 * 1024)
+    report = json.loads(invoke("--check", "--output-format", "json", ".").stdout)
+    assert report["skipped"] == [{"path": "huge.py", "reason": report["skipped"][0]["reason"]}]
+    assert "512 KiB limit" in report["skipped"][0]["reason"] and report["summary"]["skipped"] == 1
+    assert [f["path"] for f in report["files"]] == []
+
+
+def test_stdin_above_the_limit_is_skipped(project):
+    result = _runner().invoke(cli_module.cli, ["--check", "--max-file-size", "1K", "-"], input=WRAP_EXAMPLE * 10,
+                              env=PLAIN_ENV, catch_exceptions=False)
+    assert "-: skipped:" in result.stderr and result.exit_code == 0
+
+
+@pytest.mark.parametrize("flag", ["2X", "-5"])
+def test_a_bad_max_file_size_flag_is_a_usage_error(project, flag):
+    write(project / "train.py", WRAP_EXAMPLE)
+    result = invoke("--check", "--max-file-size", flag, "train.py")
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+
+
+def test_a_bad_max_file_size_in_the_config_is_one_line(project):
+    write(project / "pyproject.toml", '[tool.ddp-migrate]\nmax-file-size = "big"\n')
+    write(project / "train.py", WRAP_EXAMPLE)
+    result = invoke("--check", "train.py")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "pyproject.toml: [tool.ddp-migrate] max-file-size must be a size such as 512K, 2M or 1000000 (bytes), not 'big'"
+    ]
