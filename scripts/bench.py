@@ -2,7 +2,8 @@
 
     python scripts/bench.py [--lines 1000] [--repeat 5] [--file path/to/script.py]
     python scripts/bench.py --corpus [DIR] [--files 500] [--total-lines 74000] [--cpus 2] [--repeat 5]
-    python scripts/bench.py --corpus --project --files 300 --total-lines 130000   # issue 14's repository
+    python scripts/bench.py --corpus --project --files 300 --total-lines 130000   # a repository with projects
+    python scripts/bench.py --repos [--only detectron2,timm] [--repeat 5]         # real repositories, next to ruff
 
 Default mode, one realistic 1,000-line training script, next to `python -c pass` for scale:
   - the engine alone (`migrate()` in-process: parse, metadata, rules, re-parse check);
@@ -27,6 +28,14 @@ ruff is installed, `ruff check --no-cache --select E9 CORPUS` for scale:
   (d) peak memory: the largest resident set of any one process of all runs (os.wait4's ru_maxrss),
       and, on Linux, the peak of the process tree's summed PSS (ddp-migrate and its --jobs
       workers; shared pages counted once), sampled every 20 ms in one extra run of each.
+--repos mode, whole public repositories at pinned commits (REPOSITORIES below), each next to
+`ruff check --no-cache` in the same run, and the ratio of the medians: `ddp-migrate --check .` in
+the repository (target <= 4.5x ruff, peak RSS <= 200 MiB), plus a clean one-line file next to
+`python -c pass` (target <= 2.5x) and a generated huge module (skipped above --max-file-size;
+RSS < 1 GiB). The repositories are never downloaded by the bench: they are looked for in
+$DDP_MIGRATE_BENCH_CACHE (default ~/.cache/ddp-migrate-bench)/<name>, and one that is missing
+is skipped with one line saying how to get it (`git clone URL DIR && git -C DIR checkout COMMIT`).
+
 Commands run with their CPU affinity limited to --cpus CPUs (default 2, the issue's machine;
 0: no limit). Best and median of --repeat runs; the issue's targets are printed alongside.
 Nothing is asserted and nothing in ddp-migrate is changed: the numbers are for people.
@@ -408,11 +417,11 @@ def _limit_cpus(cpus: Optional[List[int]]) -> Optional[Callable[[], None]]:
     return lambda: os.sched_setaffinity(0, cpus)
 
 
-def run_once(argv: Sequence[str], cpus: Optional[List[int]] = None, ok=(0,)) -> Tuple[float, Optional[int]]:
+def run_once(argv: Sequence[str], cpus: Optional[List[int]] = None, ok=(0,), cwd=None) -> Tuple[float, Optional[int]]:
     """(wall seconds, peak RSS in bytes or None) of one run of `argv`, output discarded."""
     start = time.perf_counter()
     proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_limit_cpus(cpus)
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_limit_cpus(cpus), cwd=cwd
     )
     if hasattr(os, "wait4"):
         _, status, usage = os.wait4(proc.pid, 0)
@@ -460,7 +469,7 @@ def _pss(pid: int) -> int:
         return 0
 
 
-def tree_memory(argv: Sequence[str], cpus: Optional[List[int]] = None, ok=(0,), interval=0.02) -> Optional[int]:
+def tree_memory(argv: Sequence[str], cpus: Optional[List[int]] = None, ok=(0,), interval=0.02, cwd=None) -> Optional[int]:
     """Peak of the summed PSS of `argv`'s process tree (it and its workers), sampled; None without /proc.
 
     A separate run, so the sampling does not slow down the timed ones.
@@ -468,7 +477,7 @@ def tree_memory(argv: Sequence[str], cpus: Optional[List[int]] = None, ok=(0,), 
     if not os.path.exists("/proc/self/stat"):
         return None
     proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_limit_cpus(cpus)
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_limit_cpus(cpus), cwd=cwd
     )
     peak = 0
     while proc.poll() is None:
@@ -485,11 +494,11 @@ def tree_memory(argv: Sequence[str], cpus: Optional[List[int]] = None, ok=(0,), 
     return peak or None
 
 
-def time_command(argv, repeat, cpus=None, ok=(0,)):
+def time_command(argv, repeat, cpus=None, ok=(0,), cwd=None):
     """((best, median) wall seconds, peak RSS in bytes or None) over `repeat` runs."""
     samples, peaks = [], []
     for _ in range(repeat):
-        elapsed, rss = run_once(argv, cpus, ok)
+        elapsed, rss = run_once(argv, cpus, ok, cwd)
         samples.append(elapsed)
         if rss is not None:
             peaks.append(rss)
@@ -640,6 +649,94 @@ def bench_corpus(args) -> None:
             print(f"{label:54} {'':8}  {'':7}  {_rss(tree)}  {'< 200 MiB':24} {_mib_verdict(tree)}".rstrip())
 
 
+# --------------------------------------------------------------------------- real repositories
+
+#: (name, clone URL, pinned commit): what `--repos` measures. Update the commits deliberately.
+REPOSITORIES: Tuple[Tuple[str, str, str], ...] = (
+    ("detectron2", "https://github.com/facebookresearch/detectron2", "02b5c4e295e990042a714712c21dc79b731e8833"),
+    ("timm", "https://github.com/huggingface/pytorch-image-models", "aa4b5850c1543fa488abf260f18390eda46cf85d"),
+    ("fairseq", "https://github.com/facebookresearch/fairseq", "3d262bb25690e4eb2e7d3c1309b1e9c406ca4b99"),
+    ("yolov5", "https://github.com/ultralytics/yolov5", "5081342f04fb287fc2e5f2b5a4e06752b7937b1c"),
+)
+
+
+def bench_cache() -> Path:
+    return Path(os.environ.get("DDP_MIGRATE_BENCH_CACHE") or Path.home() / ".cache" / "ddp-migrate-bench")
+
+
+def _checkout(name: str, url: str, commit: str) -> Optional[Path]:
+    """The repository's folder in the cache at `commit`, or None (and one line saying how to get it)."""
+    folder = bench_cache() / name
+    get = f"git clone {url} {folder} && git -C {folder} checkout {commit}"
+    if not folder.is_dir():
+        print(f"skipped {name}: not in {bench_cache()}; get it with: {get}")
+        return None
+    head = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    if head != commit:
+        print(f"skipped {name}: {folder} is at {head or 'no git commit'}, not the pinned {commit[:12]}; "
+              f"git -C {folder} checkout {commit}")
+        return None
+    return folder
+
+
+def _huge_module(path: Path, lines: int) -> None:
+    """A generated module (a table of weights, as some repositories keep in Python) of about `lines` lines."""
+    with path.open("w") as handle:
+        handle.write("import torch\n\nWEIGHTS = [\n")
+        for i in range(lines):
+            handle.write(f"    ({i}, {i * 0.5}, 'optim_{i}'),\n")
+        handle.write("]\n")
+
+
+def bench_repos(args) -> None:
+    cpus = _cpus(args.cpus)
+    tool = shlex.split(args.tool) if args.tool else tool_argv([])
+    ruff = shutil.which("ruff")
+    wanted = {name.strip() for name in args.only.split(",") if name.strip()} if args.only else None
+    print(f"tool: {shlex.join(tool)}; ruff: {ruff or 'not installed'}; cache: {bench_cache()}")
+    print(f"CPUs: {len(cpus) if cpus else 'all'}; {args.repeat} runs each; ratio = median / median of the reference")
+    print()
+    print(f"{'what':46} {'files':>6} {'median':>8} {'peak RSS':>11} {'ruff':>8} {'ratio':>7}  target")
+    for name, url, commit in REPOSITORIES:
+        if wanted is not None and name not in wanted:
+            continue
+        folder = _checkout(name, url, commit)
+        if folder is None:
+            continue
+        n_files = sum(1 for _ in folder.rglob("*.py"))
+        (_, ours), rss = time_command(tool + ["--check", "."], args.repeat, cpus, ok=(0, 1), cwd=folder)
+        tree = tree_memory(tool + ["--check", "."], cpus, ok=(0, 1), cwd=folder)
+        theirs = time_command([ruff, "check", "--no-cache", "."], args.repeat, cpus, ok=(0, 1), cwd=folder)[0][1] if ruff else None
+        ratio = ours / theirs if theirs else None
+        peak = max(filter(None, (rss, tree)), default=None)
+        _ratio_row(f"--check {name} ({commit[:7]})", n_files, ours, peak, theirs, ratio, "<= 4.5x ruff, <= 200 MiB",
+                   ratio is not None and ratio <= 4.5 and (peak or 0) <= 200 * MIB)
+    with tempfile.TemporaryDirectory() as tmp:
+        clean = Path(tmp) / "clean.py"
+        clean.write_text("x = 1\n")
+        python = time_command([sys.executable, "-c", "pass"], args.repeat, cpus)[0][1]
+        (_, ours), rss = time_command(tool + ["--check", str(clean)], args.repeat, cpus)
+        _ratio_row("--check a clean file (vs python -c pass)", 1, ours, rss, python, ours / python, "<= 2.5x python -c pass",
+                   ours / python <= 2.5)
+        huge = Path(tmp) / "generated.py"
+        _huge_module(huge, args.huge_lines)
+        size = huge.stat().st_size
+        (_, ours), rss = time_command(tool + ["--check", str(huge)], 1, cpus, ok=(0, 1))
+        _ratio_row(f"--check a {args.huge_lines:,}-line module ({size / MIB:.0f} MiB)", 1, ours, rss, None, None,
+                   "skipped, RSS < 1 GiB", (rss or 0) < 1024 * MIB)
+
+
+def _ratio_row(label, files, ours, rss, theirs, ratio, target, ok) -> None:
+    theirs_text = f"{theirs:7.3f}s" if theirs is not None else f"{'':8}"
+    ratio_text = f"{ratio:6.1f}x" if ratio is not None else f"{'':7}"
+    print(f"{label:46} {files:6} {ours:7.3f}s {_rss(rss)} {theirs_text} {ratio_text}  {target} {'ok' if ok else 'MISS'}")
+
+
+def _cpus(count: int) -> Optional[List[int]]:
+    available = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return available[:count] if count and available is not None else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lines", type=int, default=1000, help="size of the generated script (default mode)")
@@ -675,8 +772,15 @@ def main() -> None:
         metavar="ARG",
         help="extra argument for ddp-migrate, repeatable (e.g. --tool-arg=--jobs --tool-arg=2)",
     )
+    repos = parser.add_argument_group("--repos mode")
+    repos.add_argument("--repos", action="store_true", help="measure the pinned public repositories next to ruff")
+    repos.add_argument("--only", default="", help="comma-separated names of REPOSITORIES (default: all)")
+    repos.add_argument("--tool", default="", help="the command to measure instead of ddp-migrate (e.g. an older checkout)")
+    repos.add_argument("--huge-lines", type=int, default=300_000, help="lines of the generated huge module (default 300,000)")
     args = parser.parse_args()
-    if args.corpus is None:
+    if args.repos:
+        bench_repos(args)
+    elif args.corpus is None:
         bench_script(args)
     else:
         bench_corpus(args)
