@@ -1,21 +1,34 @@
-"""`ddp-migrate launch`'s job files: the Slurm batch script.
+"""`ddp-migrate launch`'s job files: the Slurm batch script and the Kubeflow PyTorchJob manifest.
 
 The Slurm script is checked by bash -n and shellcheck, then run under bash on a fake allocation
 (tests/fake_slurm.py) whose torchrun records its argv, so an argument with spaces, quotes, `$`
-or a glob is shown to reach the script unchanged.
+or a glob is shown to reach the script unchanged. The manifest is validated against a JSON
+schema of the PyTorchJob fields it uses (from the kubeflow.org/v1 CRD and the operator's
+webhook), and its torchrun command is parsed by torch's own parser under the environment the
+operator gives each pod (tests/fake_kubeflow.py). tests/test_jobs_cli.py tests the command,
+tests/test_jobs_runtime.py trains with both files.
 """
 from __future__ import annotations
 
+import copy
+import importlib.util
+import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Dict, List
 
+import jsonschema
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import fake_kubeflow
 import fake_slurm
-from migrator.jobs import slurm
+from migrator.jobs import kubernetes, slurm, yaml_text
 from migrator.jobs.spec import JobError, Launch, missing_arguments
 
 #: Arguments a shell would mangle unquoted: spaces, both quotes, $ and command substitution,
@@ -206,6 +219,235 @@ def test_sbatch_stops_when_a_step_fails(tmp_path):
     done = subprocess.run(["bash", str(job)], cwd=workdir, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert not (bin_dir / "torchrun-argv.0").exists()
+
+
+# --------------------------------------------------------------------------- Kubernetes: the manifest
+
+#: The PyTorchJob fields the manifest uses, from the kubeflow.org/v1 CRD
+#: (training-operator manifests/base/crds/kubeflow.org_pytorchjobs.yaml) and what its webhook
+#: (pkg/webhooks/pytorch/pytorchjob_webhook.go) adds: replica types Master and Worker only, one
+#: Master, a container named `pytorch` with an image. `additionalProperties: false` where the
+#: manifest's keys are all known, so a misspelt field fails too.
+DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+CONTAINER_SCHEMA = {
+    "type": "object",
+    "required": ["name", "image", "command", "resources"],
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string"},
+        "image": {"type": "string", "minLength": 1, "pattern": r"^\S+$"},
+        "command": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+        "resources": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"limits": {
+                "type": "object",
+                "required": ["nvidia.com/gpu"],
+                "additionalProperties": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string"}]},
+            }},
+        },
+    },
+}
+REPLICA_SCHEMA = {
+    "type": "object",
+    "required": ["replicas", "restartPolicy", "template"],
+    "additionalProperties": False,
+    "properties": {
+        "replicas": {"type": "integer", "minimum": 1},
+        "restartPolicy": {"enum": ["Always", "OnFailure", "Never", "ExitCode"]},
+        "template": {
+            "type": "object",
+            "required": ["spec"],
+            "properties": {"spec": {
+                "type": "object",
+                "required": ["containers"],
+                "properties": {"containers": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": CONTAINER_SCHEMA,
+                    "contains": {"properties": {"name": {"const": "pytorch"}}},
+                }},
+            }},
+        },
+    },
+}
+PYTORCHJOB_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": "kubeflow.org/v1"},
+        "kind": {"const": "PyTorchJob"},
+        "metadata": {
+            "type": "object",
+            "required": ["name"],
+            "additionalProperties": False,
+            "properties": {
+                "name": {"type": "string", "maxLength": 63, "pattern": DNS_LABEL},
+                "namespace": {"type": "string", "maxLength": 63, "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
+            },
+        },
+        "spec": {
+            "type": "object",
+            "required": ["pytorchReplicaSpecs"],
+            "additionalProperties": False,
+            "properties": {
+                "nprocPerNode": {"type": "string"},  # a string in the CRD: also "auto", "cpu", "gpu"
+                "pytorchReplicaSpecs": {
+                    "type": "object",
+                    "required": ["Master"],
+                    "additionalProperties": False,  # the replica types: Master and Worker only
+                    "properties": {
+                        "Master": {"allOf": [REPLICA_SCHEMA, {"properties": {"replicas": {"const": 1}}}]},
+                        "Worker": REPLICA_SCHEMA,
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+def manifest(nodes: int = 2, gpus: int = 4, args=("--epochs", "3"), **options: Any) -> Dict[str, Any]:
+    text = kubernetes.manifest_text(Launch("train.py", tuple(args), nodes=nodes, gpus=gpus),
+                                    kubernetes.KubernetesOptions(**{"image": "registry.example/team/train:1.0", **options}))
+    return yaml.safe_load(text)
+
+
+def schema_errors(document: Dict[str, Any]) -> List[str]:
+    validator = jsonschema.Draft202012Validator(PYTORCHJOB_SCHEMA)
+    return [f"{'/'.join(map(str, error.absolute_path))}: {error.message}" for error in validator.iter_errors(document)]
+
+
+def test_schema_is_a_valid_json_schema():
+    jsonschema.Draft202012Validator.check_schema(PYTORCHJOB_SCHEMA)
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 5])
+def test_manifest_matches_the_pytorchjob_schema(nodes):
+    document = manifest(nodes=nodes, namespace="ml-team")
+    assert schema_errors(document) == []
+    replicas = document["spec"]["pytorchReplicaSpecs"]
+    assert replicas["Master"]["replicas"] == 1
+    assert replicas.get("Worker", {}).get("replicas", 0) == nodes - 1
+    assert ("Worker" in replicas) == (nodes > 1), "a one-node job is its Master alone"
+
+
+def _rename_container(d): d["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"] = "trainer"
+def _bad_restart(d): d["spec"]["pytorchReplicaSpecs"]["Master"]["restartPolicy"] = "Sometimes"
+def _two_masters(d): d["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 2
+def _chief(d): d["spec"]["pytorchReplicaSpecs"]["Chief"] = d["spec"]["pytorchReplicaSpecs"].pop("Worker")
+def _int_nproc(d): d["spec"]["nprocPerNode"] = 4
+def _no_image(d): del d["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["image"]
+def _misspelt(d): d["spec"]["nProcPerNode"] = d["spec"].pop("nprocPerNode")
+def _api_version(d): d["apiVersion"] = "kubeflow.org/v1beta1"
+def _bad_name(d): d["metadata"]["name"] = "Train_Job"
+def _no_gpus(d): d["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {}}
+
+
+@pytest.mark.parametrize("breaks", [_rename_container, _bad_restart, _two_masters, _chief, _int_nproc, _no_image,
+                                    _misspelt, _api_version, _bad_name, _no_gpus], ids=lambda f: f.__name__.strip("_"))
+def test_schema_check_fails_on_a_broken_manifest(breaks):
+    document = copy.deepcopy(manifest(nodes=3))
+    breaks(document)
+    assert schema_errors(document), f"{breaks.__name__} went unnoticed"
+
+
+def test_manifest_runs_torchrun_in_the_pytorch_container_with_gpu_limits():
+    document = manifest(nodes=3, gpus=8, args=("--data", "/data/my set"))
+    assert document["spec"]["nprocPerNode"] == "8"
+    for replica in document["spec"]["pytorchReplicaSpecs"].values():
+        (container,) = replica["template"]["spec"]["containers"]
+        assert container["name"] == "pytorch"
+        assert container["image"] == "registry.example/team/train:1.0"
+        assert container["command"] == ["torchrun", "--nnodes=3", "--nproc_per_node=8", "train.py", "--data", "/data/my set"]
+        assert container["resources"] == {"limits": {"nvidia.com/gpu": 8}}
+        assert replica["restartPolicy"] == "OnFailure"
+
+
+def test_manifest_namespace_only_when_given():
+    assert "namespace" not in manifest()["metadata"]
+    assert manifest(namespace="research")["metadata"]["namespace"] == "research"
+
+
+def test_manifest_yaml_is_the_manifest_data():
+    job = Launch("train.py", ODD_ARGS, nodes=4, gpus=2)
+    options = kubernetes.KubernetesOptions("img:1", "ns")
+    assert yaml.safe_load(kubernetes.manifest_text(job, options)) == kubernetes.manifest(job, options)
+
+
+@pytest.mark.parametrize(
+    "script, nodes, expected",
+    [("train.py", 2, "train"), ("Train_DDP.py", 2, "train-ddp"), ("2stage.py", 2, "job-2stage"),
+     ("x" * 80 + ".py", 12, "x" * 53)],
+    ids=["stem", "lowercased", "leading-digit", "long-name-fits-worker-pods"],
+)
+def test_kubernetes_job_name_is_a_dns_label(script, nodes, expected):
+    name = kubernetes.job_name(Launch(script, nodes=nodes))
+    assert name == expected
+    assert len(f"{name}-worker-{nodes - 2}") <= 63
+
+
+@pytest.mark.parametrize("options, option", [({"image": ""}, "--image"), ({"image": "a b"}, "--image"),
+                                             ({"image": "i", "namespace": "My_NS"}, "--namespace")])
+def test_manifest_refuses_values_kubernetes_would_reject(options, option):
+    with pytest.raises(JobError, match=option):
+        kubernetes.manifest(Launch("train.py"), kubernetes.KubernetesOptions(**options))
+
+
+def test_manifest_torchrun_under_the_operators_environment():
+    """Each pod's torchrun, given the PET_* variables the operator sets, joins one static
+    rendezvous at the Master's service as its own node, with the script's arguments intact."""
+    if importlib.util.find_spec("torch") is None and not os.environ.get("CI"):
+        pytest.skip("torch is not installed (pip install -e '.[test]')")
+    code = r"""
+import json, os, sys
+from torch.distributed.run import config_from_args, parse_args
+args = parse_args(json.loads(sys.argv[1])[1:])
+config, _, script_args = config_from_args(args)
+print(json.dumps({"min": config.min_nodes, "max": config.max_nodes, "nproc": config.nproc_per_node,
+                  "backend": config.rdzv_backend, "endpoint": config.rdzv_endpoint,
+                  "rank": config.rdzv_configs.get("rank"), "script": args.training_script,
+                  "args": args.training_script_args}))
+"""
+    document = manifest(nodes=3, gpus=4, args=ODD_ARGS)
+    seen = []
+    for pod in fake_kubeflow.pods(document):
+        assert pod.command[0] == "torchrun"
+        env = {**os.environ, **pod.env}
+        done = subprocess.run([sys.executable, "-c", code, json.dumps(pod.command)], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        parsed = yaml.safe_load(done.stdout)
+        assert (parsed["min"], parsed["max"], parsed["nproc"]) == (3, 3, 4)
+        assert parsed["backend"] == "static"
+        assert parsed["endpoint"] == f"{document['metadata']['name']}-master-0:23456"
+        assert (parsed["script"], tuple(parsed["args"])) == ("train.py", ODD_ARGS)
+        seen.append(parsed["rank"])
+    assert seen == [0, 1, 2], "the Master is node 0, Worker i is node i+1"
+
+
+# --------------------------------------------------------------------------- the YAML writer
+
+_TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=30)
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | _TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_TEXT, _VALUES, max_size=5))
+def test_yaml_writer_round_trips(data):
+    assert yaml.safe_load(yaml_text.dump(data) or "{}") == data
+
+
+@pytest.mark.parametrize("text", ["yes", "No", "on", "null", "~", "1", "-1", "1e3", "0x1f", "1:20", ".inf", "=", "<<",
+                                  "a: b", "#x", "- x", "", " lead", "trail ", "--", "---", "@x", "!x", "%x", "&x", "*x"])
+def test_yaml_writer_keeps_strings_that_look_like_other_things(text):
+    assert yaml.safe_load(yaml_text.dump({"k": text, "l": [text]})) == {"k": text, "l": [text]}
 
 
 # --------------------------------------------------------------------------- required arguments
