@@ -198,6 +198,27 @@ def test_unmigrated_script_warns_and_still_writes(project):
     assert (project / "job.sbatch").exists()
 
 
+def test_engine_failure_is_a_warning_and_the_file_is_still_written(project, monkeypatch):
+    import migrator.api
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("a bug\nover two lines")
+
+    monkeypatch.setattr(migrator.api, "check", crash)
+    result = invoke("train.py", "--nodes", "2", "--gpus", "4", "--slurm", cwd=project)
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ("warning: train.py: could not be analysed (RuntimeError: a bug over two lines); "
+                             "its required arguments are not checked\n")
+    assert result.stdout == sbatch(Launch("train.py", nodes=2, gpus=4))
+
+
+def test_bad_project_config_is_a_one_line_error(project):
+    (project / "pyproject.toml").write_text("[tool.ddp-migrate]\nselect = 3\n")
+    result = invoke("train.py", "--nodes", "2", "--gpus", "4", "--slurm", cwd=project)
+    assert result.exit_code == 2
+    assert result.stderr == "Error: pyproject.toml: [tool.ddp-migrate] select must be a list of strings, not a number\n"
+
+
 def test_script_that_does_not_parse_is_an_error(project):
     (project / "broken.py").write_text("import torch\n\nloss.backward(\noptimizer.step()\n")
     result = invoke("broken.py", "--nodes", "2", "--gpus", "4", "--slurm", cwd=project)

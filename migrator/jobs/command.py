@@ -10,6 +10,7 @@ Every problem is one line on stderr: `Error: ...` and exit status 2 for what the
 """
 from __future__ import annotations
 
+import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -168,15 +169,16 @@ def _check_script(job: Launch) -> None:
     if result is None:
         return
     missing = missing_arguments(result.launch_args or (), job.args)
+    script = shlex.quote(job.script)
     if missing:
         raise LaunchError(
             f"{job.script} requires {', '.join(missing)} (its argparse parser says so): "
             f"give {'it' if len(missing) == 1 else 'them'} after --, as in "
-            f"ddp-migrate launch {job.script} ... -- {' '.join(missing)}"
+            f"ddp-migrate launch {script} ... -- {' '.join(missing)}"
         )
     if result.changed:
         _warn(f"{job.script} is not migrated yet (ddp-migrate would change it): run "
-              f"ddp-migrate --in-place {job.script} first; the job file is written anyway")
+              f"ddp-migrate --in-place {script} first; the job file is written anyway")
 
 
 def _engine_verdict(path: Path, name: str) -> Optional["Result"]:
@@ -192,14 +194,16 @@ def _engine_verdict(path: Path, name: str) -> Optional["Result"]:
         raise LaunchError(f"{name}:{exc.line}:{exc.col}: cannot read: {exc.message}") from None
     except files.FileError as exc:
         raise LaunchError(f"{name}: {exc.message}") from None
+    options = _options(path)
     try:
         from migrator.api import check
 
-        return check(source.text, _options(path), FileContext.for_file(path, name))
+        return check(source.text, options, FileContext.for_file(path, name))
     except SourceParseError as exc:
         raise LaunchError(f"{name}:{exc.line}:{exc.col}: cannot parse: {exc.message}") from None
     except Exception as exc:  # noqa: BLE001 - an engine bug is reported, not raised
-        _warn(f"{name}: could not be analysed ({type(exc).__name__}: {exc}); its required arguments are not checked")
+        problem = " ".join(f"{type(exc).__name__}: {exc}".split())
+        _warn(f"{name}: could not be analysed ({problem}); its required arguments are not checked")
         return None
 
 
@@ -240,8 +244,6 @@ def _write(output: Path, text: str, *, executable: bool) -> None:
 
 
 def _next_step(kind: str, output: Path) -> str:
-    import shlex
-
     if kind == "slurm":
         return f"submit it with sbatch {shlex.quote(str(output))}"
     return f"start it with kubectl create -f {shlex.quote(str(output))}"
