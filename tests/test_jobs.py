@@ -202,6 +202,12 @@ def test_first_node_survives_a_long_node_list(tmp_path):
     assert "--rdzv_endpoint=n1:29500" in fake_slurm.torchrun_argv(bin_dir, 1)
 
 
+def test_srun_asks_for_the_jobs_cpus_again(tmp_path):
+    """Slurm 22.05 and later: a step does not inherit --cpus-per-task from the job."""
+    bin_dir = run_on_fake_allocation(sbatch(Launch("train.py"), cpus_per_task=24), tmp_path, nodes=["n1"])
+    assert fake_slurm.srun_options(bin_dir) == ["--kill-on-bad-exit=1", "--cpus-per-task=24"]
+
+
 def test_sbatch_setup_lines_run_before_torchrun(tmp_path):
     text = sbatch(Launch("train.py"), setup=('echo "setup ran" > setup.log',))
     run_on_fake_allocation(text, tmp_path, nodes=["n1"])

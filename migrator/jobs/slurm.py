@@ -54,7 +54,7 @@ def sbatch_script(launch: Launch, options: SlurmOptions = SlurmOptions()) -> str
         "# One torchrun per node (--ntasks-per-node=1), each starting one process per GPU;",
         "# a node that fails ends the others instead of leaving them waiting for it.",
         *_literal_note(launch),
-        _continued(["srun --kill-on-bad-exit=1 torchrun", *torchrun_options(launch), _command(launch)]),
+        _continued([f"{_srun(options)} torchrun", *torchrun_options(launch), _command(launch)]),
     ]
     return "\n".join(lines) + "\n"
 
@@ -72,6 +72,13 @@ def directives(launch: Launch, options: SlurmOptions) -> List[str]:
         ("time", options.time and single_token("--time", options.time)),
     ]
     return [f"#SBATCH --{key}={value}" for key, value in values if value is not None]
+
+
+def _srun(options: SlurmOptions) -> str:
+    """srun and its options. Since Slurm 22.05 a step no longer inherits the job's
+    --cpus-per-task: without it again here, torchrun and all its processes would share one CPU."""
+    cpus = _cpus(options.cpus_per_task)
+    return "srun --kill-on-bad-exit=1" + (f" --cpus-per-task={cpus}" if cpus else "")
 
 
 def torchrun_options(launch: Launch) -> List[str]:
