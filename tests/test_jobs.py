@@ -437,11 +437,13 @@ print(json.dumps({"min": config.min_nodes, "max": config.max_nodes, "nproc": con
 # --------------------------------------------------------------------------- the YAML writer
 
 _TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=30)
-_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | _TEXT,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4),
-    max_leaves=12,
-)
+
+
+def _containers(inner: st.SearchStrategy) -> st.SearchStrategy:
+    return st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4)
+
+
+_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | _TEXT, _containers, max_leaves=12)
 
 
 @settings(max_examples=300, deadline=None)
