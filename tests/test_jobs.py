@@ -407,25 +407,29 @@ def test_manifest_torchrun_under_the_operators_environment():
     rendezvous at the Master's service as its own node, with the script's arguments intact."""
     if importlib.util.find_spec("torch") is None and not os.environ.get("CI"):
         pytest.skip("torch is not installed (pip install -e '.[test]')")
+    # One interpreter for all the pods (torch takes seconds to import): torchrun's parser reads
+    # the PET_* defaults from os.environ each time it is built, so each pod's is set in turn.
     code = r"""
 import json, os, sys
 from torch.distributed.run import config_from_args, parse_args
-args = parse_args(json.loads(sys.argv[1])[1:])
-config, _, script_args = config_from_args(args)
-print(json.dumps({"min": config.min_nodes, "max": config.max_nodes, "nproc": config.nproc_per_node,
-                  "backend": config.rdzv_backend, "endpoint": config.rdzv_endpoint,
-                  "rank": config.rdzv_configs.get("rank"), "script": args.training_script,
-                  "args": args.training_script_args}))
+for env, command in json.loads(sys.stdin.read()):
+    os.environ.update(env)
+    args = parse_args(command[1:])
+    config, _, _ = config_from_args(args)
+    print(json.dumps({"min": config.min_nodes, "max": config.max_nodes, "nproc": config.nproc_per_node,
+                      "backend": config.rdzv_backend, "endpoint": config.rdzv_endpoint,
+                      "rank": config.rdzv_configs.get("rank"), "script": args.training_script,
+                      "args": args.training_script_args}))
 """
     document = manifest(nodes=3, gpus=4, args=ODD_ARGS)
+    pods = fake_kubeflow.pods(document)
+    assert all(pod.command[0] == "torchrun" for pod in pods)
+    done = subprocess.run([sys.executable, "-c", code], input=json.dumps([(pod.env, pod.command) for pod in pods]),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
     seen = []
-    for pod in fake_kubeflow.pods(document):
-        assert pod.command[0] == "torchrun"
-        env = {**os.environ, **pod.env}
-        done = subprocess.run([sys.executable, "-c", code, json.dumps(pod.command)], env=env,
-                              capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr
-        parsed = yaml.safe_load(done.stdout)
+    for line in done.stdout.splitlines():
+        parsed = json.loads(line)
         assert (parsed["min"], parsed["max"], parsed["nproc"]) == (3, 3, 4)
         assert parsed["backend"] == "static"
         assert parsed["endpoint"] == f"{document['metadata']['name']}-master-0:23456"
