@@ -232,6 +232,8 @@ def cli(
     With one file and no flag, print the migrated source to stdout. Settings come from
     [tool.ddp-migrate] in the nearest pyproject.toml; flags win. Exit status: 0 done, 1 a file
     would change (--check), 2 a file could not be read, parsed or migrated; 3 both.
+
+    `ddp-migrate launch --help`: job files for Slurm and Kubernetes.
     """
     out = render.make_console(color)
     err = render.make_console(color, stderr=True)
@@ -762,5 +764,12 @@ class _Show:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    """Console-script entry point (`ddp-migrate`)."""
-    cli.main(args=list(argv) if argv is not None else None, prog_name="ddp-migrate")
+    """Console-script entry point (`ddp-migrate`; `ddp-migrate launch ...` is migrator.jobs)."""
+    args = list(argv) if argv is not None else sys.argv[1:]
+    if args[:1] == ["launch"]:
+        from migrator.jobs.command import launch
+
+        launch.main(args=args[1:], prog_name="ddp-migrate launch")
+        return
+    # argv None: click reads sys.argv itself (and expands globs on Windows, as before).
+    cli.main(args=None if argv is None else args, prog_name="ddp-migrate")

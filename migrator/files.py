@@ -242,13 +242,15 @@ def write_atomic(
     bom: bool,
     *,
     expected_digest: Optional[str] = None,
+    executable: bool = False,
 ) -> None:
     """Replace the file at `path` with `text`, atomically, keeping its permission bits.
 
     The bytes go to a temporary file in the same directory, are fsynced, and the temporary file
     is renamed over the target with os.replace. A symlink is written through (the link stays a
     link). When `expected_digest` is given and the file on disk no longer has that sha256, nothing
-    is written and StaleFileError is raised.
+    is written and StaleFileError is raised. `executable` adds the execute bits wherever the read
+    bits are (a script written this way runs as `./job.sh` for whoever may read it).
     """
     path = Path(path)
     data = encode_source(text, encoding, bom, path)
@@ -259,6 +261,8 @@ def write_atomic(
         mode = _default_mode()
     except OSError as exc:
         raise FileError(path, f"cannot write: {exc.strerror or exc}") from None
+    if executable:
+        mode |= (mode & 0o444) >> 2
     if target.exists() and _read_only(target, mode):
         raise FileError(path, "cannot write: the file is read-only")
 

@@ -254,11 +254,19 @@ def print_migration_summary(console: Console, summaries: Sequence["FileSummary"]
             write("  run it:\n")
             for label, command in zip(_LAUNCH_LABELS, summary.launch):
                 write(f"    {label}: {command}\n")
+            write(f"    job file: {job_file_hint(summary.path)}\n")
     write("\n")
     console.file.flush()
 
 
 _LAUNCH_LABELS = ("one machine", "several machines")
+
+
+def job_file_hint(path: str) -> str:
+    """The command that writes the several-machines job file (migrator.jobs) for `path`."""
+    import shlex
+
+    return f"ddp-migrate launch {shlex.quote(path)} --nodes <nodes> --gpus <gpus> --slurm"
 
 
 def _verb(summary: "FileSummary", writes: bool) -> str:
@@ -302,6 +310,10 @@ def _rich_summary(console: Console, summaries: Sequence["FileSummary"], writes: 
         for label, command in zip(_LAUNCH_LABELS, summary.launch):
             line = Text(f"  run it on {label}: ", style="dim")
             line.append(command, style="green")
+            rich.print(line, soft_wrap=True)
+        if summary.launch:
+            line = Text("  write its job file: ", style="dim")
+            line.append(job_file_hint(summary.path), style="green")
             rich.print(line, soft_wrap=True)
 
 

@@ -309,6 +309,7 @@ def test_summary_in_every_mode_with_the_real_engine(project, flags):
     expected = real_migrate(_train()).torchrun_commands("train.py")
     assert f"    one machine: {expected[0]}" in block
     assert f"    several machines: {expected[1]}" in block
+    assert "    job file: ddp-migrate launch train.py --nodes <nodes> --gpus <gpus> --slurm" in block
 
 
 def test_quiet_has_no_summary_block(project, fake_engine):

@@ -144,6 +144,19 @@ def test_atomic_write_keeps_permission_bits(tmp_path, mode):
     assert stat.S_IMODE(path.stat().st_mode) == mode
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX permission bits")
+@pytest.mark.parametrize("mode, expected", [(0o644, 0o755), (0o600, 0o700), (0o640, 0o750), (0o755, 0o755)])
+def test_atomic_write_executable_adds_x_where_r_is(tmp_path, mode, expected):
+    path = tmp_path / "job.sbatch"
+    path.write_text("#!/bin/bash\n")
+    path.chmod(mode)
+    write_atomic(path, "#!/bin/bash\ntrue\n", "utf-8", False, executable=True)
+    assert stat.S_IMODE(path.stat().st_mode) == expected
+    fresh = tmp_path / "new.sbatch"
+    write_atomic(fresh, "#!/bin/bash\n", "utf-8", False, executable=True)
+    assert stat.S_IMODE(fresh.stat().st_mode) & 0o100
+
+
 def test_atomic_write_leaves_no_temporary_files(tmp_path):
     path = tmp_path / "script.py"
     path.write_text("x = 1\n")

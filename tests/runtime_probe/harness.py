@@ -273,6 +273,17 @@ def run_torchrun(script: Path, workdir: Path, args: Sequence[str] = (), nproc: i
     target = _place_script(script, workdir, script_name, support)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc_per_node={nproc}", target.name, *map(str, args)]
+    return run_command(command, workdir, nproc, timeout=timeout, env=env, label=label)
+
+
+def run_command(command: Sequence[str], workdir: Path, nproc: int, timeout: float = 120,
+                env: Optional[Dict[str, str]] = None, label: str = "") -> RunReport:
+    """Any command that starts `nproc` torchrun workers in all (a job script, several torchrun
+    agents), run in `workdir` with the probe armed for each of them: every worker's record lands
+    in one probe folder, by its global RANK. `env` is added to the environment (e.g. PATH).
+    Repeated, like run_torchrun, when gloo aborts a finished run at exit.
+    """
+    command = [str(word) for word in command]
     aborts: List[str] = []
     for _ in range(GLOO_EXIT_RETRIES + 1):
         report = _probed_run(command, Path(workdir), timeout, single=False, env=env, label=label)
