@@ -190,9 +190,25 @@ def migrate_launcher(text: str, kind: str, options: Optional[Options] = None) ->
     metavar="NAME",
     help="With PATH '-': the name of the file read from stdin (for messages, its kind and the config).",
 )
+@click.option(
+    "--exit-zero",
+    is_flag=True,
+    default=None,
+    help="With --check, exit 0 even when a file would change or needs a human (failures still exit 2).",
+)
+@click.option("--statistics", is_flag=True, help="Show the number of findings per code instead of each finding.")
+@click.option(
+    "--show-files",
+    is_flag=True,
+    help="List the files a run would take (and as what) and those it leaves out, and why; then exit.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr: no findings, no summary, no progress.")
 @click.option(
-    "-v", "--verbose", is_flag=True, help="Show tracebacks for internal errors and why files were skipped."
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Per file: the changes by rule, what needs a human (with hints), how to run it; why files were "
+    "skipped; tracebacks for internal errors.",
 )
 @click.option("--list-rules", is_flag=True, help="List every rule (code, name, fixable, summary) and exit.")
 @click.option("--explain", metavar="RULE", help="Explain a rule (a code or a name) and exit.")
@@ -220,6 +236,9 @@ def cli(
     jobs: Optional[int],
     color: str,
     stdin_filename: Optional[str],
+    exit_zero: Optional[bool],
+    statistics: bool,
+    show_files: bool,
     quiet: bool,
     verbose: bool,
     list_rules: bool,
@@ -230,8 +249,16 @@ def cli(
     Launcher files (shell and Slurm scripts, Makefiles, Dockerfiles, YAML, Markdown, reST,
     notebooks) get their `python -m torch.distributed.launch` commands rewritten to torchrun.
     With one file and no flag, print the migrated source to stdout. Settings come from
-    [tool.ddp-migrate] in the nearest pyproject.toml; flags win. Exit status: 0 done, 1 a file
-    would change (--check), 2 a file could not be read, parsed or migrated; 3 both.
+    [tool.ddp-migrate] in the nearest pyproject.toml; flags win.
+
+    \b
+    Exit status (bits, as ruff's):
+      0  nothing to act on
+      1  with --check: a file would change, or has a finding that needs a human
+         (purely informational advisories do not count; --exit-zero clears this bit)
+      2  a file could not be read, parsed, migrated or written (the others are still done),
+         or a usage error
+      3  both 1 and 2
 
     `ddp-migrate launch --help`: job files for Slurm and Kubernetes.
     """
@@ -258,6 +285,8 @@ def cli(
         raise click.UsageError(str(exc)) from None
     if output_format != "text" and show_diff:
         raise click.UsageError(f"--diff cannot be combined with --output-format {output_format}: both use stdout")
+    if output_format != "text" and statistics:
+        raise click.UsageError(f"--statistics cannot be combined with --output-format {output_format}")
     if isolated and config_path is not None:
         raise click.UsageError("--isolated cannot be combined with --config")
 
@@ -270,8 +299,8 @@ def cli(
     options = replace(resolve_rules(config.rules, cli_rules), batch=batch or config.batch, eval=evaluation or config.eval)
     size_limit = _size_limit(max_file_size, config)
 
-    report = Report(mode)
-    show = _Show(mode, output_format, out=out, err=err, quiet=quiet, verbose=verbose)
+    report = Report(mode, exit_zero=exit_zero if exit_zero is not None else config.exit_zero)
+    show = _Show(mode, output_format, out=out, err=err, quiet=quiet, verbose=verbose, statistics=statistics)
     if use_stdin:
         data = sys.stdin.buffer.read()
         for done in run_jobs([_read_stdin(data, stdin_filename, size_limit)], mode, options):
@@ -292,6 +321,9 @@ def cli(
     except MigrateError as exc:
         render.print_error(err, str(exc))
         ctx.exit(EXIT_FAILED)
+    if show_files:
+        _show_files(out, sources, skipped, size_limit)
+        ctx.exit(0)
     if verbose and not quiet and output_format == "text":
         for path, why in skipped:
             render.print_status(err, f"{files.display_path(path)}: skipped: {why}")
@@ -415,6 +447,7 @@ class Migrated:
     skipped: Optional[str] = None  # why a walked file was passed over (not text); shown with -v
     python: bool = False  # a Python source (project mode plans those), as _read judged it
     notice: bool = False  # the skip is shown without -v too (a file above the size limit)
+    distributed: bool = False  # a script set up for several processes already (Result.distributed)
 
 
 @dataclass(frozen=True)
@@ -439,7 +472,8 @@ def _read(path: Path, options: Options, walked: bool = False, max_size: int = 0)
         if kind is None:
             raise files.FileError(
                 name,
-                "not a Python script or a launcher file (shell, Makefile, Dockerfile, YAML, Markdown, reST, notebook)",
+                "not a Python script (a .py file, or one whose first line is a python shebang) or a launcher file "
+                "(shell, Makefile, Dockerfile, YAML, Markdown, reST, notebook)",
             )
         if kind == files.PYTHON:
             size = os.stat(path).st_size
@@ -501,7 +535,7 @@ def _migrate(job: _Job, options: Options, mode: WriteBack) -> Migrated:
     changed = result.changed
     launch = tuple(result.torchrun_commands(job.name)) if changed and job.kind == files.PYTHON else ()
     outcome = FileOutcome(job.name, changed, tuple(result.changes), tuple(result.diagnostics), launch=launch)
-    return Migrated(outcome, job.source, result.code, python=job.kind == files.PYTHON)
+    return Migrated(outcome, job.source, result.code, python=job.kind == files.PYTHON, distributed=result.distributed)
 
 
 def _context(job: _Job) -> Optional[FileContext]:
@@ -618,13 +652,15 @@ def with_project(outcomes: Sequence[Migrated], mode: WriteBack, options: Options
         for done in outcomes
         if done.python and done.source is not None and done.outcome.error is None and done.code is not None
     ]
-    if not any(change.code == _SETUP_CODE for done, _ in python for change in done.outcome.changes):
-        return list(outcomes)  # no script was migrated: no project to plan (and LibCST stays unloaded)
+    if not any(change.code == _SETUP_CODE for done, _ in python for change in done.outcome.changes) and not any(
+        done.distributed for done, _ in python
+    ):
+        return list(outcomes)  # no script was migrated or is distributed: no project to plan (LibCST stays unloaded)
     from migrator.project.plan import ProjectFile, plan_project
 
     project = [
         ProjectFile(real, done.outcome.path, done.source.text, done.code if mode.needs_code else None,
-                    done.outcome.changes, done.outcome.diagnostics)
+                    done.outcome.changes, done.outcome.diagnostics, done.distributed)
         for done, real in python
     ]
     try:
@@ -655,7 +691,7 @@ def _updated(done: Migrated, update: Optional["Update"]) -> Migrated:
     if update.revert and done.source is not None:  # the script stays as it was (project mode says why)
         # Its own findings were about the migration that is not made; the reason replaces them.
         return Migrated(FileOutcome(outcome.path, False, (), update.diagnostics, outcome.error), done.source,
-                        done.source.text, done.skipped, done.python)
+                        done.source.text, done.skipped, done.python, distributed=done.distributed)
     diagnostics = tuple(d for d in outcome.diagnostics if d.code not in update.dropped) + update.diagnostics
     changes = tuple(sorted(outcome.changes + update.changes, key=lambda c: (c.line, c.col)))
     code = update.code if update.code is not None else done.code
@@ -666,7 +702,7 @@ def _updated(done: Migrated, update: Optional["Update"]) -> Migrated:
         return Migrated(FileOutcome(outcome.path, error=_failure(exc, outcome.path)), done.source)
     new = FileOutcome(outcome.path, outcome.changed or bool(update.changes), changes,
                       tuple(sorted(diagnostics, key=lambda d: (d.line, d.col))), outcome.error, outcome.launch)
-    return Migrated(new, done.source, code, done.skipped, done.python)
+    return Migrated(new, done.source, code, done.skipped, done.python, distributed=done.distributed)
 
 
 def _write_back(done: Migrated) -> Migrated:
@@ -683,10 +719,17 @@ def _write_back(done: Migrated) -> Migrated:
 
 
 class _Show:
-    """Shows each outcome as it comes, in the chosen format, and tallies it."""
+    """Shows each outcome as it comes, in the chosen format, and tallies it.
+
+    Text: each file once, its finding lines (`path:line:col: CODE [*] message`) and, when it
+    changes, one line with how to run it; the end of the run is one summary line. `-v` adds, per
+    file, the changes by rule, what needs a human with the rule's hint, and every launch command;
+    `--statistics` shows counts per code instead of the finding lines.
+    """
 
     def __init__(
-        self, mode: WriteBack, output_format: str, *, out: render.Console, err: render.Console, quiet: bool, verbose: bool
+        self, mode: WriteBack, output_format: str, *, out: render.Console, err: render.Console, quiet: bool, verbose: bool,
+        statistics: bool = False,
     ) -> None:
         self.mode = mode
         self.format = output_format
@@ -694,6 +737,7 @@ class _Show:
         self.err = err
         self.quiet = quiet
         self.verbose = verbose
+        self.statistics = statistics
         self.outcomes: List[FileOutcome] = []
         self.noticed: List[Tuple[str, str]] = []  # (path, why) of files skipped for a reason the user must hear
 
@@ -708,7 +752,7 @@ class _Show:
             return
         self.outcomes.append(outcome)
         if outcome.error is None:
-            report.done(outcome.changed)
+            report.done(outcome.changed, needs_human(outcome))
         else:
             report.failed()
         if self.format in ("json", "sarif"):
@@ -727,7 +771,7 @@ class _Show:
             if self.verbose and outcome.error.traceback:
                 render.print_traceback(self.err, outcome.error.traceback)
             return
-        if not self.quiet:
+        if not self.quiet and not self.statistics:
             for kind, finding in outcome.findings():
                 if kind == "change":
                     render.print_change(self.err, outcome.path, finding)
@@ -742,8 +786,8 @@ class _Show:
 
                 patch = unified_diff(source.as_on_disk(source.text), source.as_on_disk(code), outcome.path)
                 render.print_diff(self.out, patch, source.encoding)
-        if outcome.changed and not self.quiet and self.mode is not WriteBack.PRINT:
-            render.print_status(self.err, f"{report.status(True)} {outcome.path}")
+        if outcome.changed and not self.quiet and not self.statistics and not self.verbose and self.mode is not WriteBack.PRINT:
+            render.print_file_status(self.err, outcome.path, report.status(True), outcome.launch)
 
     def finish(self, report: Report) -> None:
         if self.format == "json":
@@ -755,12 +799,41 @@ class _Show:
 
             render.print_text(self.out, to_sarif(self.outcomes, __version__))
         elif not self.quiet:
-            from migrator.output import summarize
+            from migrator.output import statistics, summarize
 
-            summaries = summarize(self.outcomes)
-            if summaries:
-                render.print_migration_summary(self.err, summaries, writes=self.mode.writes)
+            if self.statistics:
+                render.print_statistics(self.err, statistics(self.outcomes))
+            elif self.verbose:
+                summaries = summarize(self.outcomes)
+                if summaries:
+                    render.print_migration_summary(self.err, summaries, writes=self.mode.writes)
             render.print_summary(self.err, report)
+
+
+def needs_human(outcome: FileOutcome) -> bool:
+    """Does the file have a finding to act on: a diagnostic that is not purely informational?"""
+    from migrator.codes import INFORMATIONAL
+
+    return any(diagnostic.code not in INFORMATIONAL for diagnostic in outcome.diagnostics)
+
+
+def _show_files(err: render.Console, sources: Sequence[Path], skipped: Sequence[Tuple[Path, str]], max_size: int) -> None:
+    """--show-files: what the walk takes (and as what) and what it leaves out, and why; nothing is read."""
+    rows: List[Tuple[str, str]] = []
+    for path in sources:
+        try:
+            kind = files.source_kind(path) or "not taken"
+            size = os.stat(path).st_size
+        except OSError as exc:
+            rows.append((files.display_path(path), f"skipped: cannot read: {exc.strerror or exc}"))
+            continue
+        if kind == files.PYTHON and max_size and size > max_size:
+            rows.append((files.display_path(path), f"skipped: {_too_large(size, max_size)}"))
+        else:
+            rows.append((files.display_path(path), kind))
+    rows += [(files.display_path(path), f"skipped: {why}") for path, why in skipped]
+    for name, what in sorted(rows):
+        render.print_text(err, f"{name}: {what}\n")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

@@ -5,7 +5,7 @@ rules (and LibCST). Do not edit: tests/test_readme.py fails when this no longer 
 """
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Dict, FrozenSet, Tuple
 
 #: (code, name) of every rule, in registry order.
 CODES: Tuple[Tuple[str, str], ...] = (
@@ -65,3 +65,6 @@ CODES: Tuple[Tuple[str, str], ...] = (
 
 NAMES: Dict[str, str] = dict(CODES)  # code -> name
 BY_NAME: Dict[str, str] = {name: code for code, name in CODES}  # name -> code
+
+#: Advisories that ask for no action: they never fail --check (every other finding does).
+INFORMATIONAL: FrozenSet[str] = frozenset({"DDP111", "DDP120", "DDP122", "DDP123"})

@@ -8,6 +8,7 @@
     batch = "global"                    # or "per-process": what a sharded training loader's batch_size means
     eval = "sharded"                    # or "replicated" (the default): evaluation loaders split over the ranks
     max-file-size = "2M"                # Python files above this are skipped (bytes, or K/M/G; 0: no limit)
+    exit-zero = true                    # --check exits 0 even with something to act on (as --exit-zero)
 
 The file is the nearest pyproject.toml with a `[tool.ddp-migrate]` table, searched upward from the
 first PATH (or the working directory), stopping at a repository root (a folder holding `.git`) or
@@ -34,7 +35,8 @@ TABLE = "ddp-migrate"
 PYPROJECT = "pyproject.toml"
 
 #: Keys of the table; `extend-select` / `extend-ignore` mean what they mean on the command line.
-KEYS = ("select", "ignore", "extend-select", "extend-ignore", "exclude", "extend-exclude", "batch", "eval", "max-file-size")
+KEYS = ("select", "ignore", "extend-select", "extend-ignore", "exclude", "extend-exclude", "batch", "eval",
+        "max-file-size", "exit-zero")
 
 #: Python files larger than this are skipped unread (`--max-file-size`, `max-file-size`): a generated
 #: or vendored module of that size is no training script, and parsing one costs about a gigabyte per
@@ -74,6 +76,7 @@ class Config:
     batch: Optional[str] = None  # "global" | "per-process" (Options.batch)
     eval: Optional[str] = None  # "replicated" | "sharded" (Options.eval)
     max_file_size: Optional[int] = None  # bytes; 0: no limit; None: DEFAULT_MAX_FILE_SIZE
+    exit_zero: bool = False  # `exit-zero = true`: --check exits 0 even with something to act on
 
     @property
     def root(self) -> Optional[Path]:
@@ -241,7 +244,11 @@ def _config(path: Path, table: Dict[str, Any], where: str) -> Config:
             max_file_size = parse_size(size)
         except ValueError as exc:
             raise ConfigError(f"{prefix}max-file-size {exc}") from None
-    return Config(path, rules, strings("exclude"), strings("extend-exclude") or (), batch, evaluation, max_file_size)
+    exit_zero = table.get("exit-zero", False)
+    if not isinstance(exit_zero, bool):
+        raise ConfigError(f"{prefix}exit-zero must be true or false, not {_toml_type(exit_zero)}")
+    return Config(path, rules, strings("exclude"), strings("extend-exclude") or (), batch, evaluation, max_file_size,
+                  exit_zero)
 
 
 def parse_size(value: Any) -> int:

@@ -50,7 +50,7 @@ def codes_module() -> str:
         '"""',
         "from __future__ import annotations",
         "",
-        "from typing import Dict, Tuple",
+        "from typing import Dict, FrozenSet, Tuple",
         "",
         "#: (code, name) of every rule, in registry order.",
         "CODES: Tuple[Tuple[str, str], ...] = (",
@@ -61,6 +61,9 @@ def codes_module() -> str:
         "",
         "NAMES: Dict[str, str] = dict(CODES)  # code -> name",
         "BY_NAME: Dict[str, str] = {name: code for code, name in CODES}  # name -> code",
+        "",
+        "#: Advisories that ask for no action: they never fail --check (every other finding does).",
+        "INFORMATIONAL: FrozenSet[str] = frozenset({" + ", ".join(f'"{r.code}"' for r in RULES if r.informational) + "})",
         "",
     ]
     return "\n".join(lines)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import stat
 import tokenize
 from dataclasses import dataclass, field
@@ -138,19 +139,30 @@ def _decode_utf8(data: bytes, path: Path):
 def source_kind(path: PathLike) -> Optional[str]:
     """PYTHON, a launcher kind (launcher.detect_kind: by name, else by a shell shebang), or None.
 
-    An extension-less file that is not a shell script counts as Python (a script such as `train`
-    named on the command line); any other file is None: ddp-migrate does not take it.
+    A file without a suffix is Python when its first line is a python shebang (`#!/usr/bin/env
+    python3`: a script such as `train`), as pre-commit's `identify` tags it; any other file is None:
+    ddp-migrate does not take it (a LICENSE named on the command line is an error, not Python).
     """
     path = Path(path)
     if path.suffix in (".py", ".pyw"):
         return PYTHON
     detect_kind = _detect_kind()
     kind = detect_kind(path.name, "")
-    if kind is None:
-        kind = detect_kind(path.name, _head(path))
-    if kind is None and not path.suffix:
+    if kind is not None or path.suffix:
+        return kind
+    head = _head(path)
+    if is_python_shebang(head):
         return PYTHON
-    return kind
+    return detect_kind(path.name, head)
+
+
+#: `#!/usr/bin/env python3`, `#!/usr/bin/python`, `#!/usr/bin/env -S python3 -u`, `#! /opt/conda/bin/python3.10`
+_PYTHON_SHEBANG = re.compile(r"#![ \t]*(?:\S*/)?(?:env[ \t]+(?:-\S+[ \t]+)*)?(?:\S*/)?python[\d.]*(?:[ \t\r]|$)")
+
+
+def is_python_shebang(head: str) -> bool:
+    """Is the first line of `head` a shebang that runs Python?"""
+    return _PYTHON_SHEBANG.match(head.lstrip("\ufeff").split("\n", 1)[0]) is not None
 
 
 def _head(path: Path) -> str:
@@ -358,7 +370,7 @@ def discover(
 
     A file argument is always taken, whatever its name and whatever .gitignore says (unless
     `force_exclude` and an `exclude` pattern matches it). A directory is walked for `*.py` and
-    launcher files (`_is_launcher_file`), skipping `.git`, whatever `exclude` matches (default:
+    launcher files and extension-less scripts (`_is_walked_script`), skipping `.git`, whatever `exclude` matches (default:
     DEFAULT_EXCLUDE relative to cwd), whatever the enclosing repository's .gitignore files (and
     .git/info/exclude) ignore, symlinks to directories, and symlinked files that point outside
     the walked directory (each of the latter appended to `skipped` with why, for -v). Raises
@@ -499,28 +511,36 @@ def _walk_dir(
         path = directory / entry.name
         real = real_dir / entry.name
         if entry.is_dir(follow_symlinks=False):
-            if (
-                entry.name != ".git"
-                and not excluder.excluded(real, is_dir=True, walk_root=real_root)
-                and not _ignored(real, ignores, is_dir=True)
-            ):
+            why = "the repository's own folder" if entry.name == ".git" else _left_out(real, True, excluder, real_root, ignores)
+            if why is None:
                 yield from _walk_dir(path, real, ignores, excluder, real_root, skipped)
+            else:
+                skipped.append((path, why))
         elif entry.is_symlink() and entry.is_dir():
             skipped.append((path, "symlink to a directory, not followed"))
-        elif (
-            (entry.name.endswith(".py") or _is_launcher_file(entry))
-            and entry.is_file()
-            and not excluder.excluded(real, is_dir=False, walk_root=real_root)
-            and not _ignored(real, ignores, is_dir=False)
-        ):
-            if entry.is_symlink() and _relative_to(Path(os.path.realpath(path)), real_root) is None:
+        elif (entry.name.endswith(".py") or _is_walked_script(entry)) and entry.is_file():
+            why = _left_out(real, False, excluder, real_root, ignores)
+            if why is not None:
+                skipped.append((path, why))
+            elif entry.is_symlink() and _relative_to(Path(os.path.realpath(path)), real_root) is None:
                 skipped.append((path, "symlink to a file outside the walked directory, not followed"))
-                continue
-            yield path
+            else:
+                yield path
 
 
-def _is_launcher_file(entry: "os.DirEntry[str]") -> bool:
-    """A launcher file by its name, or an extension-less executable with a shell shebang."""
+def _left_out(real: Path, is_dir: bool, excluder: "_Excluder", real_root: Path, ignores: Sequence[_Ignore]) -> Optional[str]:
+    """Why a walk leaves `real` out (an exclude pattern, a .gitignore), or None when it takes it."""
+    if excluder.excluded(real, is_dir=is_dir, walk_root=real_root):
+        return "excluded (--exclude, the config's exclude, or the default)"
+    if _ignored(real, ignores, is_dir=is_dir):
+        return "ignored by .gitignore"
+    return None
+
+
+def _is_walked_script(entry: "os.DirEntry[str]") -> bool:
+    """A launcher file by its name, or an extension-less executable with a shell or a python
+    shebang: what pre-commit's `identify` tags shell or python (it reads the shebangs of
+    executable files only), so a walk and the hooks take the same files."""
     detect_kind = _detect_kind()
     if detect_kind(entry.name, "") is not None:
         return True
@@ -530,7 +550,10 @@ def _is_launcher_file(entry: "os.DirEntry[str]") -> bool:
         executable = bool(entry.stat().st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH))
     except OSError:
         return False
-    return executable and detect_kind(entry.name, _head(Path(entry.path))) == "shell"
+    if not executable:
+        return False
+    head = _head(Path(entry.path))
+    return is_python_shebang(head) or detect_kind(entry.name, head) == "shell"
 
 
 def _detect_kind():

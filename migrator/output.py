@@ -103,6 +103,17 @@ def summarize(outcomes: Sequence[FileOutcome]) -> List[FileSummary]:
     return out
 
 
+def statistics(outcomes: Sequence[FileOutcome]) -> List[Tuple[int, str, bool, str]]:
+    """(count, code, fixable, name) per finding code over all files, most frequent first."""
+    counts: Dict[str, int] = {}
+    fixable: Dict[str, bool] = {}
+    for outcome in outcomes:
+        for kind, finding in outcome.findings():
+            counts[finding.code] = counts.get(finding.code, 0) + 1
+            fixable[finding.code] = fixable.get(finding.code, False) or _fixable(kind, finding)
+    return [(counts[code], code, fixable[code], NAMES.get(code, "")) for code in sorted(counts, key=lambda c: (-counts[c], c))]
+
+
 def _rule_text(code: str) -> Tuple[str, str]:
     """(summary, fix) of a rule, one line each; the registry (and LibCST) is loaded only here."""
     from migrator.rules import RULES_BY_CODE
@@ -174,6 +185,7 @@ def to_json(outcomes: Sequence[FileOutcome], report: "Report", skipped: Sequence
             "files": report.total,
             "changed": report.change_count,
             "unchanged": report.same_count,
+            "needs_human": report.attention_count,
             "failed": report.failure_count,
             "skipped": report.skip_count,
             "findings": findings,
@@ -192,9 +204,10 @@ def to_github(outcome: FileOutcome) -> str:
     """GitHub Actions workflow commands: `::warning` per finding, `::error` for a file that failed."""
     out = []
     for kind, finding in outcome.findings():
-        props = _props(file=outcome.path, line=finding.line, col=finding.col, title=finding.code)
+        props = _props(title=f"ddp-migrate ({finding.code})", file=outcome.path, line=finding.line, col=finding.col)
         star = "[*] " if _fixable(kind, finding) else ""
-        out.append(f"::warning {props}::{_escape_data(star + finding.message)}\n")
+        text = f"{outcome.path}:{finding.line}:{finding.col}: {finding.code} {star}{finding.message}"  # as ruff writes it
+        out.append(f"::warning {props}::{_escape_data(text)}\n")
     if outcome.error is not None:
         error = outcome.error
         props = _props(file=outcome.path, line=error.line, col=error.col, title="ddp-migrate")

@@ -172,12 +172,12 @@ def _write_bytes(console: Console, data: bytes) -> None:
 
 
 def print_change(console: Console, path: str, change: "Change") -> None:
-    """`path:line:col CODE [*] message`: every change is something the tool fixes."""
+    """`path:line:col: CODE [*] message`: every change is something the tool fixes."""
     console.line(_finding(path, change.line, change.col, change.code, change.message, fixable=True))
 
 
 def print_diagnostic(console: Console, path: str, diagnostic: "Diagnostic") -> None:
-    """`path:line:col CODE [*] message`, `[*]` when the engine could fix it."""
+    """`path:line:col: CODE [*] message`, `[*]` when the engine could fix it."""
     console.line(
         _finding(
             path, diagnostic.line, diagnostic.col, diagnostic.code, diagnostic.message, fixable=diagnostic.fixable
@@ -191,7 +191,8 @@ def format_finding(path: str, line: int, col: int, code: str, message: str, fixa
 
 
 def _finding(path: str, line: int, col: int, code: str, message: str, fixable: bool) -> Segments:
-    segments = [(f"{path}:{line}:{col}", _PATH), (" ", None), (code, _CODE)]
+    # The colon after the column is what editors, CI problem matchers and other linters parse.
+    segments = [(f"{path}:{line}:{col}:", _PATH), (" ", None), (code, _CODE)]
     if fixable:
         segments += [(" ", None), ("[*]", _FIXABLE)]
     segments += [(" ", None), (message, None)]
@@ -206,6 +207,24 @@ def print_error(console: Console, message: str) -> None:
 def print_status(console: Console, message: str) -> None:
     """A per-file status such as `would migrate path`."""
     console.line([(message, _MUTED)])
+
+
+def print_file_status(console: Console, path: str, status: str, launch: Sequence[str] = ()) -> None:
+    """The one line about a file that changes: `would migrate train.py; run it: torchrun ...`."""
+    text = f"{status} {path}"
+    if launch:
+        text += f"; run it: {launch[0]}"
+    console.line([(text, _MUTED)])
+
+
+def print_statistics(console: Console, rows: Sequence[Tuple[int, str, bool, str]]) -> None:
+    """--statistics: `count  CODE  [*] name` per code, most frequent first (as ruff prints them)."""
+    if not rows:
+        return
+    width = len(str(max(count for count, _, _, _ in rows)))
+    for count, code, fixable, name in rows:
+        console.line([(f"{count:>{width}}", None), ("\t", None), (code, _CODE), ("\t", None),
+                      ("[*] " if fixable else "    ", _FIXABLE), (name, None)])
 
 
 def print_summary(console: Console, report: Union["Report", str]) -> None:

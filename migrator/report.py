@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 #: Exit status bits.
-EXIT_WOULD_CHANGE = 1  # a file would change (only with --check)
+EXIT_WOULD_CHANGE = 1  # with --check: a file would change, or has a finding to act on (not with --exit-zero)
 EXIT_FAILED = 2  # a file could not be read, parsed, migrated or written
 
 
@@ -62,13 +62,18 @@ class Report:
     same_count: int = 0
     failure_count: int = 0
     skip_count: int = 0  # files passed over for a reason shown to the user (above the size limit)
+    attention_count: int = 0  # files left unchanged with a finding to act on (they "need a human")
+    exit_zero: bool = False  # --exit-zero: something to act on does not set EXIT_WOULD_CHANGE
 
     def skipped(self) -> None:
         self.skip_count += 1
 
-    def done(self, changed: bool) -> None:
+    def done(self, changed: bool, needs_human: bool = False) -> None:
+        """A file migrated (or not); `needs_human`: it has a finding that is neither fixed nor informational."""
         if changed:
             self.change_count += 1
+        elif needs_human:
+            self.attention_count += 1
         else:
             self.same_count += 1
 
@@ -77,12 +82,12 @@ class Report:
 
     @property
     def total(self) -> int:
-        return self.change_count + self.same_count + self.failure_count
+        return self.change_count + self.same_count + self.failure_count + self.attention_count
 
     @property
     def return_code(self) -> int:
         code = 0
-        if self.change_count and self.mode.checks:
+        if (self.change_count or self.attention_count) and self.mode.checks and not self.exit_zero:
             code |= EXIT_WOULD_CHANGE
         if self.failure_count:
             code |= EXIT_FAILED
@@ -95,10 +100,12 @@ class Report:
         return "migrated" if self.mode.writes else "would migrate"
 
     def __str__(self) -> str:
-        """'2 files would be migrated, 5 left unchanged, 1 failed' (the noun only on the first part)."""
+        """'2 files would be migrated, 1 needs a human, 5 left unchanged, 1 failed' (the noun only on the
+        first part). A file that "needs a human" was left unchanged with a finding to act on."""
         migrated = "migrated" if self.mode.writes else "would be migrated"
         parts = [
             (self.change_count, migrated),
+            (self.attention_count, "needs a human" if self.attention_count == 1 else "need a human"),
             (self.same_count, "left unchanged"),
             (self.failure_count, "failed"),
             (self.skip_count, "skipped"),

@@ -45,6 +45,9 @@ class Rule:
     fixable: bool
     examples: Tuple[Example, ...] = ()
     example_language: str = "python"  # the fence language of the examples in explain() ("bash" for launcher rules)
+    # An advisory that asks for no action (a note on scaling, a suggestion): it never fails `--check`.
+    # Every other finding that is not fixed is something to act on, and does.
+    informational: bool = False
 
     def explain(self) -> str:
         """The `--explain` text, in the shape of ruff's rule docs."""

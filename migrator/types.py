@@ -41,6 +41,9 @@ class Result:
     # api.check() plans the changes without carrying them out: `code` stays the original and
     # `pending` says that migrate() would change it.
     pending: bool = False
+    # Set up for several processes already (its own process group, DDP, a framework): a script
+    # that runs under torchrun as it is, and the caller of the project modules it imports.
+    distributed: bool = False
 
     @property
     def changed(self) -> bool:

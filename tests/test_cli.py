@@ -138,7 +138,7 @@ def test_one_file_no_flag_prints_the_migrated_source(project, fake_engine):
     assert result.stdout == SCRIPT.replace(MARKER, MIGRATED)
     assert (project / "train.py").read_text() == SCRIPT  # nothing written
     assert stream_lines(result.stderr) == [
-        "train.py:5:10 DDP001 [*] replaced single_gpu",
+        "train.py:5:10: DDP001 [*] replaced single_gpu",
         "1 file would be migrated",
     ]
 
@@ -292,7 +292,7 @@ def test_in_place_writes_changed_files_only(project, fake_engine):
     assert (project / "a.py").read_text() == SCRIPT.replace(MARKER, MIGRATED)
     assert clean.read_text() == CLEAN and clean.stat().st_mtime_ns == before
     assert stream_lines(result.stderr) == [
-        "a.py:5:10 DDP001 [*] replaced single_gpu",
+        "a.py:5:10: DDP001 [*] replaced single_gpu",
         "migrated a.py",
         "1 file migrated, 1 left unchanged",
     ]
@@ -358,7 +358,7 @@ def test_check_shows_changes_and_status_but_no_diff(project, fake_engine):
     assert result.exit_code == 1
     assert result.stdout == ""
     assert stream_lines(result.stderr) == [
-        "a.py:5:10 DDP001 [*] replaced single_gpu",
+        "a.py:5:10: DDP001 [*] replaced single_gpu",
         "would migrate a.py",
         "1 file would be migrated",
     ]
@@ -492,8 +492,8 @@ def test_diagnostics_mark_fixable_with_star(project, fake_engine):
     write(project / "a.py", "x = 1  # ADVISE NOTE\n")
     result = invoke("--check", "a.py")
     assert lines(result.stderr)[:2] == [
-        "a.py:1:0 DDP101 [*] fake advisory",
-        "a.py:1:0 DDP102 fake note",
+        "a.py:1:0: DDP101 [*] fake advisory",
+        "a.py:1:0: DDP102 fake note",
     ]
 
 
@@ -707,10 +707,10 @@ def test_check_of_a_directory_routes_launcher_files_to_the_launcher(project, fak
     result = invoke("--check", ".")
     assert result.exit_code == 1
     err = lines(result.stderr)
-    assert "scripts/dist_train.sh:3:1 DDP201 [*] `python -m torch.distributed.launch` becomes `torchrun`" in err
-    assert "scripts/dist_train.sh:3:55 DDP202 [*] `--use_env` dropped: torchrun always sets LOCAL_RANK" in err
+    assert "scripts/dist_train.sh:3:1: DDP201 [*] `python -m torch.distributed.launch` becomes `torchrun`" in err
+    assert "scripts/dist_train.sh:3:55: DDP202 [*] `--use_env` dropped: torchrun always sets LOCAL_RANK" in err
     assert "would migrate bin/launch" in err and "would migrate Dockerfile" in err
-    assert "train.py:5:10 DDP001 [*] replaced single_gpu" in err  # Python still goes to the Python engine
+    assert "train.py:5:10: DDP001 [*] replaced single_gpu" in err  # Python still goes to the Python engine
     assert err[-1] == "7 files would be migrated, 1 left unchanged"
     assert (project / "scripts" / "dist_train.sh").read_text() == LAUNCH_SH
 
@@ -767,10 +767,11 @@ def test_print_mode_prints_the_migrated_launcher_file(project):
 def test_launcher_decline_is_a_diagnostic_line(project):
     write(project / "run.sh", 'python -m torch.distributed.launch "$@"\n')
     result = invoke("--check", "run.sh")
-    assert result.exit_code == 0  # nothing would change
+    assert result.exit_code == 1  # nothing would change, but the launch command needs a human
     (finding, summary) = stream_lines(result.stderr)
-    assert finding.startswith("run.sh:1:11 DDP204 launch left as it is: the launcher's arguments come from \"$@\"")
-    assert summary == "1 file left unchanged"
+    assert finding.startswith("run.sh:1:11: DDP204 launch left as it is: the launcher's arguments come from \"$@\"")
+    assert summary == "1 file needs a human"
+    assert invoke("--check", "--exit-zero", "run.sh").exit_code == 0
 
 
 def test_explicit_file_of_no_known_kind_is_an_error(project, fake_engine):
@@ -779,7 +780,7 @@ def test_explicit_file_of_no_known_kind_is_an_error(project, fake_engine):
     result = invoke("--in-place", "notes.txt", "a.py")
     assert result.exit_code == 2
     assert lines(result.stderr)[0] == (
-        "notes.txt: not a Python script or a launcher file "
+        "notes.txt: not a Python script (a .py file, or one whose first line is a python shebang) or a launcher file "
         "(shell, Makefile, Dockerfile, YAML, Markdown, reST, notebook)"
     )
     assert lines(result.stderr)[-1] == "1 file migrated, 1 failed"
@@ -787,14 +788,43 @@ def test_explicit_file_of_no_known_kind_is_an_error(project, fake_engine):
     assert (project / "a.py").read_text() == SCRIPT.replace(MARKER, MIGRATED)
 
 
-def test_explicit_extensionless_file_is_python_unless_a_shell_script(project, fake_engine):
-    write(project / "train", SCRIPT)
+def test_explicit_extensionless_file_is_python_with_a_python_shebang(project, fake_engine):
+    write(project / "train", "#!/usr/bin/env python3\n" + SCRIPT)
     write(project / "launch", LAUNCH_SH)  # a shebang: shell, executable or not
     result = invoke("--check", "train", "launch")
     assert result.exit_code == 1
     err = lines(result.stderr)
-    assert "train:5:10 DDP001 [*] replaced single_gpu" in err
-    assert "launch:3:1 DDP201 [*] `python -m torch.distributed.launch` becomes `torchrun`" in err
+    assert "train:6:10: DDP001 [*] replaced single_gpu" in err
+    assert "launch:3:1: DDP201 [*] `python -m torch.distributed.launch` becomes `torchrun`" in err
+
+
+@pytest.mark.parametrize("name, text", [("LICENSE", "MIT License\n\nCopyright (c) 2026\n"), ("train", SCRIPT)],
+                         ids=["license", "python-without-shebang"])
+def test_explicit_extensionless_file_without_a_shebang_is_one_line_and_exit_2(project, fake_engine, name, text):
+    write(project / name, text)
+    result = invoke("--check", name)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert lines(result.stderr) == [
+        f"{name}: not a Python script (a .py file, or one whose first line is a python shebang) or a launcher file "
+        "(shell, Makefile, Dockerfile, YAML, Markdown, reST, notebook)",
+        "1 file failed",
+    ]
+
+
+def test_the_walk_takes_executable_scripts_with_a_python_shebang(project, fake_engine):
+    import stat
+
+    script = write(project / "tools" / "train", "#!/usr/bin/env python3\n" + SCRIPT)
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    plain = write(project / "tools" / "notes", "#!/usr/bin/env python3\n" + SCRIPT)  # not executable: as identify
+    write(project / "LICENSE", "MIT License\n")
+    assert plain.stat().st_mode & stat.S_IXUSR == 0
+    result = invoke("--check", ".")
+    assert "tools/train:6:10: DDP001 [*] replaced single_gpu" in lines(result.stderr)
+    assert not any(line.startswith(("tools/notes", "LICENSE")) for line in lines(result.stderr))
+    shown = invoke("--show-files", ".").stdout.splitlines()
+    assert "tools/train: python" in shown and not any(line.startswith(("tools/notes", "LICENSE")) for line in shown)
 
 
 def test_launcher_file_that_is_not_utf8_is_a_parse_error(project):
@@ -964,10 +994,10 @@ def test_findings_are_coloured_with_plain_ansi():
     stream = io.StringIO()
     console = render.make_console("always", file=stream)
     render.print_change(console, "a.py", Change("DDP003", 3, 5, "wrapped"))
-    assert stream.getvalue() == "\x1b[1ma.py:3:5\x1b[0m \x1b[1;31mDDP003\x1b[0m \x1b[36m[*]\x1b[0m wrapped\n"
+    assert stream.getvalue() == "\x1b[1ma.py:3:5:\x1b[0m \x1b[1;31mDDP003\x1b[0m \x1b[36m[*]\x1b[0m wrapped\n"
     plain = io.StringIO()
     render.print_change(render.make_console("never", file=plain), "a.py", Change("DDP003", 3, 5, "wrapped"))
-    assert plain.getvalue() == "a.py:3:5 DDP003 [*] wrapped\n"
+    assert plain.getvalue() == "a.py:3:5: DDP003 [*] wrapped\n"
 
 
 @pytest.mark.parametrize(

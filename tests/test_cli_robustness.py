@@ -146,14 +146,14 @@ def test_dash_reads_stdin_and_prints_the_migration(project, fake_engine):
     result = _invoke_stdin(SCRIPT.encode(), "-")
     assert result.exit_code == 0
     assert result.stdout == SCRIPT.replace(MARKER, MIGRATED)
-    assert stream_lines(result.stderr)[0] == "-:5:10 DDP001 [*] replaced single_gpu"
+    assert stream_lines(result.stderr)[0] == "-:5:10: DDP001 [*] replaced single_gpu"
 
 
 def test_stdin_filename_names_the_messages(project, fake_engine):
     result = _invoke_stdin(SCRIPT.encode(), "--check", "--stdin-filename", "src/train.py", "-")
     assert result.exit_code == 1
     assert result.stdout == ""
-    assert stream_lines(result.stderr)[0] == "src/train.py:5:10 DDP001 [*] replaced single_gpu"
+    assert stream_lines(result.stderr)[0] == "src/train.py:5:10: DDP001 [*] replaced single_gpu"
     assert not (project / "src").exists()
 
 
@@ -283,13 +283,28 @@ def test_a_permission_error_on_write_is_one_line(project, fake_engine, monkeypat
 # --------------------------------------------------------------------------- the end-of-run summary
 
 
-def test_summary_block_per_file_after_the_finding_lines(project, fake_engine):
+def test_each_file_is_reported_once_by_default(project, fake_engine):
+    """The finding lines, one line for a file that changes (how to run it), one summary line: no
+    per-file block (that is -v)."""
     write(project / "a.py", SCRIPT + "# NOTE\n")
     write(project / "b.py", "import torch\n")
     result = invoke("--check", "a.py", "b.py")
+    assert result.stderr.splitlines() == [
+        "a.py:1:0: DDP102 fake note",
+        "a.py:5:10: DDP001 [*] replaced single_gpu",
+        "would migrate a.py",
+        "1 file would be migrated, 1 left unchanged",
+    ]
+
+
+def test_verbose_adds_the_summary_block_per_file(project, fake_engine):
+    write(project / "a.py", SCRIPT + "# NOTE\n")
+    write(project / "b.py", "import torch\n")
+    result = invoke("--check", "-v", "a.py", "b.py")
     rows = result.stderr.splitlines()
-    assert rows[0] == "a.py:1:0 DDP102 fake note"  # the finding lines come first, as they were
+    assert rows[0] == "a.py:1:0: DDP102 fake note"  # the finding lines come first, as they were
     assert rows[-1] == "1 file would be migrated, 1 left unchanged"
+    assert "would migrate a.py" not in rows  # the block says it
     block = summary_block(result.stderr)
     assert block[0] == "a.py: would be migrated"
     assert "    DDP001 process-group-setup x1" in block
@@ -301,15 +316,33 @@ def test_summary_block_per_file_after_the_finding_lines(project, fake_engine):
 @pytest.mark.parametrize("flags", [(), ("--diff",), ("--check",), ("--in-place",)], ids=["print", "diff", "check", "in-place"])
 def test_summary_in_every_mode_with_the_real_engine(project, flags):
     write(project / "train.py", _train())
-    result = invoke(*flags, "train.py")
+    expected = real_migrate(_train()).torchrun_commands("train.py")
+    plain = stream_lines(invoke(*flags, "train.py").stderr)
+    if flags:  # print mode shows the code on stdout, and no status line
+        verb = "migrated" if flags == ("--in-place",) else "would migrate"
+        assert f"{verb} train.py; run it: {expected[0]}" in plain
+    write(project / "train.py", _train())  # --in-place wrote it
+    result = invoke(*flags, "-v", "train.py")
     block = summary_block(result.stderr)
     verb = "migrated" if flags == ("--in-place",) else "would be migrated"
     assert block[0] == f"train.py: {verb}"
     assert "    DDP003 wrap-model x1" in block
-    expected = real_migrate(_train()).torchrun_commands("train.py")
     assert f"    one machine: {expected[0]}" in block
     assert f"    several machines: {expected[1]}" in block
     assert "    job file: ddp-migrate launch train.py --nodes <nodes> --gpus <gpus> --slurm" in block
+
+
+def test_statistics_counts_findings_per_code(project, fake_engine):
+    write(project / "a.py", SCRIPT + "# NOTE\n")
+    write(project / "b.py", SCRIPT)
+    result = invoke("--check", "--statistics", "a.py", "b.py")
+    assert result.stderr.splitlines() == [
+        "2\tDDP001\t[*] process-group-setup",
+        "1\tDDP102\t    cuda-call-without-device",
+        "2 files would be migrated",
+    ]
+    assert result.exit_code == 1
+    assert invoke("--check", "--statistics", "--output-format", "json", "a.py").exit_code == 2
 
 
 def test_quiet_has_no_summary_block(project, fake_engine):
@@ -320,7 +353,7 @@ def test_quiet_has_no_summary_block(project, fake_engine):
 
 def test_summary_is_a_rich_panel_on_colour(project, fake_engine):
     write(project / "a.py", SCRIPT + "# NOTE\n")
-    result = invoke("--check", "--color", "always", "a.py")
+    result = invoke("--check", "-v", "--color", "always", "a.py")
     assert "╭" in result.stderr and "needs a human" in result.stderr
     assert "\x1b[" in result.stderr
 

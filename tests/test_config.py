@@ -378,3 +378,52 @@ def test_a_bad_max_file_size_in_the_config_is_one_line(project):
     assert result.stderr.splitlines() == [
         "pyproject.toml: [tool.ddp-migrate] max-file-size must be a size such as 512K, 2M or 1000000 (bytes), not 'big'"
     ]
+
+
+# --------------------------------------------------------------------------- --check gates on what needs a human
+
+UNREWRITABLE = RULES_BY_CODE["DDP103"].examples[0].before  # a DataParallel the tool cannot rewrite
+
+
+def test_a_finding_that_needs_a_human_fails_check(project):
+    write(project / "train.py", UNREWRITABLE)
+    result = invoke("--check", "train.py")
+    assert result.exit_code == 1, result.stderr
+    assert "DDP103" in result.stderr and result.stderr.splitlines()[-1] == "1 file needs a human"
+    assert invoke("--check", "--exit-zero", "train.py").exit_code == 0
+    assert invoke("--diff", "train.py").exit_code == 0  # only --check gates
+    write(project / "pyproject.toml", "[tool.ddp-migrate]\nexit-zero = true\n")
+    assert invoke("--check", "train.py").exit_code == 0
+
+
+@pytest.mark.parametrize("code, fails", [("DDP120", False), ("DDP123", False), ("DDP111", False), ("DDP103", True),
+                                         ("DDP140", True), ("DDP204", True)])
+def test_only_findings_to_act_on_fail_check(project, monkeypatch, code, fails):
+    from migrator.types import Diagnostic, Result
+
+    def engine(source, options=None, context=None):
+        return Result(source, (), (Diagnostic(code, 1, 1, "a finding"),), original=source)
+
+    monkeypatch.setattr(cli_module, "check", engine)
+    write(project / "train.py", "import torch\n")
+    result = invoke("--check", "train.py")
+    assert result.exit_code == int(fails), result.stderr
+    assert result.stderr.splitlines()[-1] == ("1 file needs a human" if fails else "1 file left unchanged")
+
+
+def test_exit_zero_keeps_failures(project):
+    write(project / "old.py", "import torch\nopt = torch.optim.SGD(m.parameters(), lr=1)\nprint 'x'\n")
+    assert invoke("--check", "--exit-zero", "old.py").exit_code == 2
+
+
+def test_a_bad_exit_zero_is_one_line(project):
+    write(project / "pyproject.toml", '[tool.ddp-migrate]\nexit-zero = "yes"\n')
+    write(project / "train.py", WRAP_EXAMPLE)
+    result = invoke("--check", "train.py")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == ["pyproject.toml: [tool.ddp-migrate] exit-zero must be true or false, not a string"]
+
+
+def test_help_documents_the_exit_status(project):
+    text = invoke("--help").stdout
+    assert "Exit status" in text and "--exit-zero" in text and "needs a human" in text

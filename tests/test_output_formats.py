@@ -50,7 +50,8 @@ BY_RULE_KEYS = {"code", "name", "count"}
 HUMAN_KEYS = {"code", "line", "column", "message", "summary", "hint"}
 FINDING_KEYS = {"code", "name", "line", "column", "message", "fixable", "kind"}
 ERROR_KEYS = {"kind", "message", "line", "column"}
-SUMMARY_KEYS = {"files", "changed", "unchanged", "failed", "skipped", "findings", "fixable", "in_place", "exit_code"}
+SUMMARY_KEYS = {"files", "changed", "unchanged", "needs_human", "failed", "skipped", "findings", "fixable", "in_place",
+                "exit_code"}
 
 
 def _validate(document: Dict[str, Any]) -> None:
@@ -156,7 +157,8 @@ def test_github_annotations(project):
     assert result.exit_code == 3
     out = result.stdout.splitlines()
     assert all(line.startswith(("::warning ", "::error ")) for line in out)
-    assert "::warning file=run.sh,line=2,col=1,title=DDP201::[*] `python -m torch.distributed.launch` becomes `torchrun`" in out
+    assert ("::warning title=ddp-migrate (DDP201),file=run.sh,line=2,col=1::run.sh:2:1: DDP201 [*] "
+            "`python -m torch.distributed.launch` becomes `torchrun`") in out
     (error,) = [line for line in out if line.startswith("::error ")]
     assert error.startswith("::error file=old.py,line=5,col=")
     assert ",title=ddp-migrate::cannot parse: " in error
@@ -170,7 +172,9 @@ def test_github_escapes_what_would_break_a_command():
     from migrator.types import Diagnostic
 
     outcome = FileOutcome("a,b:c.py", diagnostics=(Diagnostic("DDP101", 1, 2, "50% done\nnext"),))
-    assert to_github(outcome) == "::warning file=a%2Cb%3Ac.py,line=1,col=2,title=DDP101::50%25 done%0Anext\n"
+    assert to_github(outcome) == (
+        "::warning title=ddp-migrate (DDP101),file=a%2Cb%3Ac.py,line=1,col=2::a,b:c.py:1:2: DDP101 50%25 done%0Anext\n"
+    )
 
 
 # --------------------------------------------------------------------------- sarif

@@ -279,13 +279,18 @@ def test_manifest_is_valid():
         ),
     ],
 )
-def test_files_pattern_is_what_ddp_migrate_takes(hook_id, taken, not_taken):
-    """Every name a hook passes must be one ddp-migrate takes: any other is an error (exit status 2)."""
+def test_files_pattern_is_what_ddp_migrate_takes(hook_id, taken, not_taken, tmp_path):
+    """Every name a hook passes must be one ddp-migrate takes: any other is an error (exit status 2).
+    An extension-less script reaches the Python hooks only when identify tags it python (a python
+    shebang), which is what makes ddp-migrate take it too."""
     hooks = {hook["id"]: hook for hook in _manifest()}
     pattern = re.compile(hooks[hook_id]["files"])
     for name in taken:
         assert pattern.search(name), f"{hook_id} skips {name}"
-        kind = files.source_kind(name)
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("#!/usr/bin/env python3\n" if hook_id == "ddp-migrate-check" else "")
+        kind = files.source_kind(path)
         if hook_id.startswith("ddp-migrate-launchers"):
             assert kind not in (None, files.PYTHON), (name, kind)  # a launcher kind
         else:
@@ -312,9 +317,9 @@ def test_outdated_launch_command_blocks_the_commit(make_project):
     assert project.head() == before, "the commit went through"
     assert re.search(_hook_line("ddp-migrate launchers (check)", "Failed"), output), output
     assert "- hook id: ddp-migrate-launchers" in output
-    assert re.search(r"(?m)^run\.sh:3:1 DDP201\b", output), output
-    assert re.search(r"(?m)^run\.sh:3:\d+ DDP202\b", output), output
-    assert re.search(r"(?m)^jobs/train\.sbatch:4:1 DDP201\b", output), output
+    assert re.search(r"(?m)^run\.sh:3:1: DDP201\b", output), output
+    assert re.search(r"(?m)^run\.sh:3:\d+: DDP202\b", output), output
+    assert re.search(r"(?m)^jobs/train\.sbatch:4:1: DDP201\b", output), output
     assert "+torchrun --nproc_per_node=2 train.py --epochs 3" in output  # the diff
     # a check hook writes nothing
     assert (project.path / "run.sh").read_text() == LAUNCH_SCRIPT
@@ -333,8 +338,8 @@ def test_single_gpu_script_blocks_the_commit(make_project):
     assert project.head() == before, "the commit went through"
     assert re.search(_hook_line("ddp-migrate (check)", "Failed"), output), output
     assert "- hook id: ddp-migrate-check" in output
-    assert re.search(r"(?m)^train\.py:9:\d+ DDP003\b", output), output  # the DataParallel wrap
-    assert re.search(r"(?m)^train\.py:\d+:\d+ DDP001\b", output), output  # the process group
+    assert re.search(r"(?m)^train\.py:9:\d+: DDP003\b", output), output  # the DataParallel wrap
+    assert re.search(r"(?m)^train\.py:\d+:\d+: DDP001\b", output), output  # the process group
     assert "would migrate train.py" in output
     assert "+    model = DDP(model" in output  # the diff
     assert "utils/stats.py" not in output  # nothing to say about an irrelevant file
@@ -436,7 +441,7 @@ def test_extension_less_shell_scripts_with_the_readme_override(make_project):
     assert project.head() == before, "the commit went through"
     assert re.search(_hook_line("ddp-migrate launchers (check)", r"\(no files to check\)Skipped"), output), output
     assert re.search(_hook_line("ddp-migrate launchers, extension-less", "Failed"), output), output
-    assert re.search(r"(?m)^scripts/launch:3:1 DDP201\b", output), output
+    assert re.search(r"(?m)^scripts/launch:3:1: DDP201\b", output), output
     for name in ("scripts/serve", "scripts/legacy", "LICENSE"):
         assert name not in output, (name, output)
 

@@ -62,7 +62,9 @@ def test_project_second_run_changes_nothing_and_check_passes(case, tmp_path):
     _run("--in-place", str(root))
     once = _sources(root)
     result = _run("--check", "--output-format", "json", str(root))
-    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["summary"]["changed"] == 0, result.output
+    assert result.exit_code == (1 if report["summary"]["needs_human"] else 0)
     assert _run("--in-place", str(root)).exit_code == 0
     assert _sources(root) == once
 
@@ -94,6 +96,30 @@ def test_script_alone_names_the_modules_it_needs(case, tmp_path):
                         if name != case.entry and data != (case.input_dir / name).read_bytes()}
     for module in expected_modules:
         assert any(message.startswith(module + ":") for message in needs), (module, needs)
+
+
+def test_check_and_diff_report_the_same_findings_at_the_same_places(tmp_path):
+    """A flat script whose loop the engine re-indents (try/finally around the training) gets its
+    set_epoch from project mode: every mode reports it at the loop's line in the file as read."""
+    _tree(tmp_path, {
+        "loaders.py": _LOADERS,
+        "train.py": (
+            "import torch\nimport torch.nn as nn\nfrom loaders import make_loader\n\n"
+            "model = nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "loader = make_loader()\nfor epoch in range(2):\n    for x, y in loader:\n"
+            "        optimizer.zero_grad()\n        nn.functional.mse_loss(model(x), y).backward()\n"
+            "        optimizer.step()\n"
+        ),
+    })
+
+    def findings(*flags):
+        report = json.loads(_run(*flags, "--output-format", "json", str(tmp_path)).output)
+        return sorted((item["path"], f["code"], f["line"], f["column"], f["message"])
+                      for item in report["files"] for f in item["findings"])
+
+    checked, diffed = findings("--check"), findings()
+    assert checked == diffed
+    assert any(code == "DDP031" and path.endswith("train.py") and line == 9 for path, code, line, _, _ in checked), checked
 
 
 REPORTED = [case for case in CASES if (case.folder / "report.json").exists()]

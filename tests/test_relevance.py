@@ -159,3 +159,18 @@ def test_a_model_handed_to_a_project_trainer_is_parsed(tmp_path):
     assert api._may_need_engine(text, FileContext.for_file(script))
     other = text.replace("from trainer import Trainer", "from helpers import seed as Trainer")
     assert not api._may_need_engine(other, FileContext.for_file(script))
+
+
+def test_a_project_module_imported_whole_is_asked_about_the_names_called_on_it(tmp_path):
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "__init__.py").write_text("")
+    (tmp_path / "lib" / "engine.py").write_text(
+        "import torch\n\n\ndef fit(model):\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    )
+    script = tmp_path / "train.py"
+    context = FileContext.for_file(script)
+    for text in ("import torch\nimport lib.engine\n\nlib.engine.fit(torch.nn.Linear(2, 2))\n",
+                 "import torch\nimport lib.engine as engine\n\nengine.fit(torch.nn.Linear(2, 2))\n",
+                 "import torch\nfrom lib import engine\n\nengine.fit(torch.nn.Linear(2, 2))\n"):
+        assert api._may_need_engine(text, context), text
+    assert not api._may_need_engine("import torch\nimport lib.engine as engine\n\nprint(engine)\n", context)

@@ -12,6 +12,7 @@ over, only for calls to names imported from the project; summaries are cached pe
 from __future__ import annotations
 
 import ast
+import re
 from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
@@ -57,8 +58,9 @@ def trained_arguments(analysis_c, context: Optional[FileContext]) -> Dict[cst.Ca
 def may_train_through_project(text: str, context: Optional[FileContext]) -> bool:
     """Could a call in `text` hand a model to a project module that trains it (or, for a save,
     to one that sets up the processes)? Read from the import lines alone, for files whose text has
-    no training shape of its own (migrator.relevance): a name imported from the project whose
-    function or class trains a parameter, or a project module imported whole that defines one."""
+    no training shape of its own (migrator.relevance): a name imported from the project and called
+    here (`Trainer(...)`, `engine.train(...)`) whose function or class trains a parameter. Only
+    the modules of names the file calls are read."""
     if context is None or context.modules is None:
         return False
     roots = context.modules.roots
@@ -67,16 +69,33 @@ def may_train_through_project(text: str, context: Optional[FileContext]) -> bool
         base = absolute(line.level, line.module, context.package)
         if base is None or base.split(".")[0] in N.NOT_PROJECT_PACKAGES or base.startswith("torch"):
             continue
-        if not line.names:  # `import trainer`: any of its definitions may be called as trainer.X(...)
-            found = INDEX.module(roots, base)
-            if found is not None and any(_trained(roots, found, name) for name in found.definitions):
-                return True
+        if not line.names:  # `import trainer` / `import lib.engine as engine`: `engine.Trainer(...)`
+            local = line.bound[0] if line.bound else base.split(".")[0]
+            module = base if local != base.split(".")[0] else local  # `import a.b` binds `a`: `a.b.X(...)`
+            for attribute in _called_attributes(text, local):
+                qualified = f"{module}.{attribute}"
+                if _trained_parameters(roots, qualified) or (saves and what_it_does(roots, qualified)):
+                    return True
             continue
-        for name in line.names:
-            qualified = f"{base}.{name}"
-            if _trained_parameters(roots, qualified) or (saves and what_it_does(roots, qualified)):
-                return True
+        for name, local in zip(line.names, line.bound or line.names):
+            if not _called(text, local):
+                continue
+            # `Trainer(...)`, and `engine.fit(...)` for `from lib import engine` (a module imported by name)
+            for qualified in (f"{base}.{name}", *(f"{base}.{name}.{a}" for a in _called_attributes(text, local))):
+                if _trained_parameters(roots, qualified) or (saves and what_it_does(roots, qualified)):
+                    return True
     return False
+
+
+def _called(text: str, name: str) -> bool:
+    """Is `name` called (`name(`), or its attribute called (`name.x(`: a module or class), in `text`?"""
+    return re.search(rf"(?<![\w.]){re.escape(name)}\s*[(.]", text) is not None
+
+
+def _called_attributes(text: str, local: str) -> List[str]:
+    """The `x` of each `local.x(` or `local.x.y(` in `text` (the dotted rest after the module's name)."""
+    pattern = rf"(?<![\w.]){re.escape(local)}((?:\s*\.\s*\w+)+)\s*\("
+    return sorted({"".join(match.group(1).split()).lstrip(".") for match in re.finditer(pattern, text)})
 
 
 def _code(node: cst.CSTNode) -> str:

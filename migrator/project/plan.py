@@ -29,7 +29,7 @@ from migrator.project.graph import ProjectGraph
 from migrator.project.hints import LIBRARY_DECLINES
 from migrator.project.rewrite import DATAPARALLEL_IN_MODULE, ModuleRole, migrate_module
 from migrator.project.rules import MODULE_NEEDS_MIGRATION, MODULE_SAMPLER, MODULE_SET_EPOCH
-from migrator.types import Change, Diagnostic
+from migrator.types import Change, Diagnostic, Result
 
 SETUP_CODE = "DDP001"  # the per-file engine set up the process group: the file is an entry point
 SET_EPOCH_CODE = "DDP011"
@@ -53,6 +53,7 @@ class ProjectFile:
     code: Optional[str]  # the engine's output; None when only checked (--check without --diff)
     changes: Tuple[Change, ...] = ()
     diagnostics: Tuple[Diagnostic, ...] = ()
+    distributed: bool = False  # set up for several processes already (api's Result.distributed)
 
 
 @dataclass(frozen=True)
@@ -72,14 +73,15 @@ def plan_project(files: Sequence[ProjectFile], options: Optional[Options] = None
     """Updates by real path, for the entry points and the walked modules they train through."""
     options = options or Options()
     entries = [f for f in files if any(c.code == SETUP_CODE for c in f.changes)]
-    if not entries:
+    callers = [f for f in files if f.distributed and f not in entries]
+    if not entries and not callers:
         return {}
     by_path = {f.path: f for f in files}
     graph = ProjectGraph({f.path: f.text for f in files})
     entry_paths = {f.path for f in entries}
     roles: Dict[str, List[ProjectFile]] = {}  # module -> entries reaching it
     outside: Dict[str, List[Tuple[str, Tuple[str, ...]]]] = {}  # entry -> modules not given, with chains
-    updates: Dict[str, Update] = {}
+    updates: Dict[str, Update] = _answered_by_distributed_callers(callers, graph, by_path)
     for entry in list(entries):
         reached = [(m, chain) for m, chain in graph.reachable(entry.path) if m not in entry_paths and _plannable(m, graph.text(m))]
         blocker = _dataparallel_module(reached, graph)
@@ -109,14 +111,40 @@ def plan_project(files: Sequence[ProjectFile], options: Optional[Options] = None
     return updates
 
 
+def _answered_by_distributed_callers(callers: Sequence[ProjectFile], graph: ProjectGraph,
+                                      by_path: Dict[str, ProjectFile]) -> Dict[str, Update]:
+    """A module whose model comes from a caller (DDP101/DDP104/DDP114, and the hint DDP140) is not
+    left for a human when a script that imports it is set up for several processes already (the
+    project once migrated, or written for torchrun): that script is its caller. Nothing changes."""
+    updates: Dict[str, Update] = {}
+    for caller in callers:
+        for module, _ in graph.reachable(caller.path):
+            file = by_path.get(module)
+            if file is not None and _ANSWERED & _codes(file):
+                updates[module] = Update(None, dropped=_ANSWERED)
+    return updates
+
+
 def _module_update(file: ProjectFile, role: ModuleRole, options: Options, rewrite: bool) -> Optional[Update]:
-    source = file.code if file.code is not None else file.text
     try:
-        result = migrate_module(source, role, options, rewrite=rewrite and file.code is not None)
+        found, code = _planned(file, role, options, rewrite)
     except Exception:  # noqa: BLE001 - a module the planner cannot read (MigrateError or worse) stays as the engine left it
         return None
     # The engine's "no entry point here" for this module is answered: its caller is migrated with it.
-    return Update(result.code if result.code != source else None, _in_original(result.changes, file), result.diagnostics, _ANSWERED)
+    return Update(code, found.changes, found.diagnostics, _ANSWERED)
+
+
+def _planned(file: ProjectFile, role: ModuleRole, options: Options, rewrite: bool) -> Tuple[Result, Optional[str]]:
+    """What project mode finds in a file, and its new code (None: unchanged, or only checked).
+
+    One code path for the findings, whatever the mode: they are always planned on the file as
+    read, so `--check`, `--diff` and `--in-place` report the same changes at the same places;
+    the code is then made from the per-file engine's output, which may have moved the lines."""
+    found = migrate_module(file.text, role, options, rewrite=False)
+    if not rewrite or file.code is None or not found.changes:
+        return found, None
+    made = migrate_module(file.code, role, options, rewrite=True)
+    return found, made.code if made.code != file.code else None
 
 
 def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Options, rewrite: bool, made: FrozenSet[str]) -> Update:
@@ -126,15 +154,12 @@ def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Opt
     changes: Tuple[Change, ...] = ()
     diagnostics: List[Diagnostic] = []
     if not any(c.code == SET_EPOCH_CODE for c in entry.changes):
-        source = entry.code if entry.code is not None else entry.text
         try:
-            result = migrate_module(source, ModuleRole((entry.display,), pieces=(MODULE_SET_EPOCH.code,)), options,
-                                    rewrite=rewrite and entry.code is not None)
+            result, code = _planned(entry, ModuleRole((entry.display,), pieces=(MODULE_SET_EPOCH.code,)), options, rewrite)
         except Exception:  # noqa: BLE001
             result = None
         if result is not None and result.changes:
-            code = result.code if result.code != source else None
-            changes = _in_original(result.changes, entry)
+            changes = result.changes
             diagnostics += result.diagnostics
     unmet = False
     for module, chain in outside:
@@ -199,23 +224,6 @@ def _needs(entry: ProjectFile, module: str, chain: Tuple[str, ...], change: Chan
     message = (f"{shown}:{change.line} needs {change.code}: {change.message}{through}; it is not among the files "
                "given, so it was left unchanged: run ddp-migrate on the project's folder, or name it too")
     return Diagnostic(MODULE_NEEDS_MIGRATION.code, line, 1, message)  # at the import that leads to it
-
-
-def _in_original(changes: Tuple[Change, ...], entry: ProjectFile) -> Tuple[Change, ...]:
-    """Changes found on the engine's output, located in the file as read (the engine may have
-    inserted its setup above them; a line of its own is reported at line 1). In check mode they
-    are exact already."""
-    if not changes or entry.code is None or entry.code == entry.text:
-        return changes
-    import difflib
-
-    matcher = difflib.SequenceMatcher(None, entry.text.splitlines(), entry.code.splitlines(), autojunk=False)
-    blocks = [(i1, j1, j2) for tag, i1, _, j1, j2 in matcher.get_opcodes() if tag == "equal"]  # one diff per file
-
-    def original(line: int) -> int:
-        return next((i1 + (line - 1 - j1) + 1 for i1, j1, j2 in blocks if j1 <= line - 1 < j2), 1)
-
-    return tuple(Change(c.code, original(c.line), c.col, c.message) for c in changes)
 
 
 def _relative(path: str, start: str) -> str:

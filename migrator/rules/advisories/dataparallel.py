@@ -82,6 +82,7 @@ checkpoints it loads keep their `module.` keys.""",
     why="Under torchrun N processes each run it across all visible GPUs.",
     fix="Run inference in one process, or drop DataParallel there and use the process's own device.",
     fix_safety="Not fixable automatically.",
+    informational=True,
     fixable=False,
     examples=(
         Example(

@@ -91,6 +91,7 @@ the model trains differently than before.""",
 or scale the learning rate (linear scaling: `lr * world_size`, with warmup) and shorten step-based
 schedules.""",
     fix_safety="Not fixable automatically: it is a training decision.",
+    informational=True,
     fixable=False,
     examples=(
         Example(id="sharded-loader", before=_TRAIN, after=_TRAIN_MIGRATED, diagnostics=("DDP120",)),
@@ -203,6 +204,7 @@ step, the other N-1 all-reduces are wasted bandwidth: correct, but slower than i
     fix_safety="""Fixed automatically in the plain shape (DDP022: the step condition tests the loop's own
 counter, and the forward, the backward and the test are statements of one loop body); reported
 here when the loop's structure differs, as when a counter moves between the backward and the test.""",
+    informational=True,
     fixable=False,
     examples=(
         Example(id="every-fourth-step", before=_TRAIN, after=_TRAIN_MIGRATED, diagnostics=("DDP122",)),
@@ -258,6 +260,7 @@ Under DDP each BatchNorm normalises with the statistics of its own process's sam
 small per-GPU batch those statistics get noisy; SyncBatchNorm computes them over all processes.""",
     fix="`model = nn.SyncBatchNorm.convert_sync_batchnorm(model)` before wrapping the model in DDP (CUDA only).",
     fix_safety="Not fixable automatically: SyncBatchNorm costs a collective per layer and only runs on CUDA.",
+    informational=True,
     fixable=False,
     examples=(
         Example(id="batchnorm1d", before=_TRAIN, after=_TRAIN_MIGRATED, diagnostics=("DDP123",)),
