@@ -58,9 +58,10 @@ def _migrate(source: str, options: Options, rewrite: bool = True, context: Optio
     module, parsed, renamed = _parse_renaming_async(source, options)
     facts = analyze(module, context)
     scope = rules_in_scope(facts, context)
-    plan = edits.Plan(batch=options.batch, eval=options.eval)
+    fixes = frozenset(rule.code for rule, _ in FIXERS if options.fix_enabled(rule.code) and (scope is None or rule.code in scope))
+    plan = edits.Plan(batch=options.batch, eval=options.eval, fixes=fixes)
     for rule, planner in FIXERS:
-        if options.enabled(rule.code, rule.name) and (scope is None or rule.code in scope):
+        if rule.code in fixes:
             planner(facts, plan)
     for _, reporter in REPORTERS:
         reporter(facts, plan)  # what it reports is filtered by code below, like every diagnostic

@@ -25,7 +25,7 @@ from migrator import __version__, files, render
 from migrator.context import FileContext
 from migrator.config import Config, RuleSelection, SelectorError, discover_config, resolve_rules, split_selectors
 from migrator.errors import ConfigError, IntroducedSyntaxError, MigrateError, SourceParseError
-from migrator.options import Options
+from migrator.options import Options, dropped_note
 from migrator.output import FORMATS, Failure, FileOutcome
 from migrator.report import EXIT_FAILED, Report, WriteBack
 
@@ -301,6 +301,7 @@ def cli(
 
     report = Report(mode, exit_zero=exit_zero if exit_zero is not None else config.exit_zero)
     show = _Show(mode, output_format, out=out, err=err, quiet=quiet, verbose=verbose, statistics=statistics)
+    show.notes(dropped_note(options.dropped_fixes))
     if use_stdin:
         data = sys.stdin.buffer.read()
         for done in run_jobs([_read_stdin(data, stdin_filename, size_limit)], mode, options):
@@ -534,7 +535,8 @@ def _migrate(job: _Job, options: Options, mode: WriteBack) -> Migrated:
         return Migrated(FileOutcome(job.name, error=_failure(exc, job.name)), job.source)
     changed = result.changed
     launch = tuple(result.torchrun_commands(job.name)) if changed and job.kind == files.PYTHON else ()
-    outcome = FileOutcome(job.name, changed, tuple(result.changes), tuple(result.diagnostics), launch=launch)
+    outcome = FileOutcome(job.name, changed, tuple(result.changes), tuple(result.diagnostics), launch=launch,
+                          notes=result.notes)
     return Migrated(outcome, job.source, result.code, python=job.kind == files.PYTHON, distributed=result.distributed)
 
 
@@ -701,7 +703,8 @@ def _updated(done: Migrated, update: Optional["Update"]) -> Migrated:
     except Exception as exc:  # noqa: BLE001 - the new code has no bytes in the file's encoding
         return Migrated(FileOutcome(outcome.path, error=_failure(exc, outcome.path)), done.source)
     new = FileOutcome(outcome.path, outcome.changed or bool(update.changes), changes,
-                      tuple(sorted(diagnostics, key=lambda d: (d.line, d.col))), outcome.error, outcome.launch)
+                      tuple(sorted(diagnostics, key=lambda d: (d.line, d.col))), outcome.error, outcome.launch,
+                      outcome.notes)
     return Migrated(new, done.source, code, done.skipped, done.python, distributed=done.distributed)
 
 
@@ -740,6 +743,14 @@ class _Show:
         self.statistics = statistics
         self.outcomes: List[FileOutcome] = []
         self.noticed: List[Tuple[str, str]] = []  # (path, why) of files skipped for a reason the user must hear
+        self.run_notes: Tuple[str, ...] = ()
+
+    def notes(self, notes: Sequence[str]) -> None:
+        """Sentences about the whole run (the rules a selection turned off, and why), said once, first."""
+        self.run_notes = tuple(notes)
+        if self.format == "text" and not self.quiet:
+            for note in notes:
+                render.print_status(self.err, note)
 
     def file(self, done: Migrated, report: Report) -> None:
         outcome = done.outcome
@@ -777,6 +788,8 @@ class _Show:
                     render.print_change(self.err, outcome.path, finding)
                 else:
                     render.print_diagnostic(self.err, outcome.path, finding)
+            for note in outcome.notes:
+                render.print_status(self.err, f"{outcome.path}: {note}")
         source, code = done.source, done.code
         if source is not None and code is not None:
             if self.mode is WriteBack.PRINT:
@@ -793,7 +806,7 @@ class _Show:
         if self.format == "json":
             from migrator.output import to_json
 
-            render.print_text(self.out, to_json(self.outcomes, report, self.noticed))
+            render.print_text(self.out, to_json(self.outcomes, report, self.noticed, self.run_notes))
         elif self.format == "sarif":
             from migrator.output import to_sarif
 

@@ -66,5 +66,27 @@ CODES: Tuple[Tuple[str, str], ...] = (
 NAMES: Dict[str, str] = dict(CODES)  # code -> name
 BY_NAME: Dict[str, str] = {name: code for code, name in CODES}  # name -> code
 
+#: code -> the fixes its edits rely on (Rule.requires); a selection pulls them in.
+REQUIRES: Dict[str, Tuple[str, ...]] = {
+    "DDP002": ("DDP001",),
+    "DDP003": ("DDP001", "DDP002",),
+    "DDP004": ("DDP001",),
+    "DDP018": ("DDP001",),
+    "DDP010": ("DDP001",),
+    "DDP019": ("DDP010",),
+    "DDP011": ("DDP010",),
+    "DDP022": ("DDP003",),
+    "DDP023": ("DDP001",),
+    "DDP012": ("DDP001",),
+    "DDP013": ("DDP001",),
+    "DDP014": ("DDP003",),
+    "DDP015": ("DDP003",),
+    "DDP030": ("DDP001",),
+    "DDP031": ("DDP001",),
+    "DDP032": ("DDP001",),
+    "DDP033": ("DDP003",),
+    "DDP034": ("DDP003",),
+}
+
 #: Advisories that ask for no action: they never fail --check (every other finding does).
 INFORMATIONAL: FrozenSet[str] = frozenset({"DDP111", "DDP120", "DDP122", "DDP123"})

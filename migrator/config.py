@@ -122,18 +122,27 @@ def resolve_rules(*layers: RuleSelection) -> Options:
     though the config ignores `DDP1`.
     """
     enabled = set(ALL_CODES)
+    ignored: set = set()  # removed by an ignore selector (not merely left out of a select)
     for layer in layers:
         if layer.select is not None:
             enabled = set()
+            ignored = set()  # a select replaces the set, and what earlier layers ignored with it
         steps = [(len(s), False, s) for s in (*(layer.select or ()), *layer.extend_select)]
         steps += [(len(s), True, s) for s in (*layer.ignore, *layer.extend_ignore)]
         for _, ignore, selector in sorted(steps):
             codes = {code for code in ALL_CODES if code.startswith(selector)}
             if ignore:
                 enabled -= codes
+                ignored |= codes
             else:
                 enabled |= codes
-    return Options(ignore=tuple(code for code in ALL_CODES if code not in enabled))
+                ignored -= codes
+    # Options keeps "not selected" apart from "ignored": a selected fix may pull in one that was not
+    # selected, never one that was ignored (Options.fix_enabled).
+    if not enabled:
+        return Options(ignore=ALL_CODES)  # nothing selected: nothing to pull in either
+    select = () if enabled == set(ALL_CODES) else tuple(code for code in ALL_CODES if code in enabled)
+    return Options(select=select, ignore=tuple(code for code in ALL_CODES if code in ignored))
 
 
 # --------------------------------------------------------------------------- finding and loading

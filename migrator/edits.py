@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
@@ -36,6 +36,9 @@ class Plan:
     diagnostics: List[Diagnostic] = field(default_factory=list)
     batch: Optional[str] = None  # Options.batch: what a sharded loader's batch_size means (rules.global_batch)
     eval: Optional[str] = None  # Options.eval: whether evaluation loaders are sharded (rules.sharded_eval)
+    # The fixes that run on this file (Options.fix_enabled): reporters say what a migration changes
+    # in meaning only where the fix that changes it runs.
+    fixes: FrozenSet[str] = frozenset()
 
     def replace(self, node: cst.CSTNode, replacer: Replacer) -> None:
         self.replacements.setdefault(node, []).append(replacer)

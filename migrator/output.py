@@ -54,6 +54,7 @@ class FileOutcome:
     error: Optional[Failure] = None
     # How to run the migrated script (Result.torchrun_commands): one machine, then several.
     launch: Tuple[str, ...] = ()
+    notes: Tuple[str, ...] = ()  # Result.notes: about the run on this file, no finding
 
     def findings(self) -> List[Tuple[str, Any]]:
         """("change" | "diagnostic", finding), in source order (changes first on a tie)."""
@@ -135,7 +136,9 @@ def _fixable(kind: str, finding: Any) -> bool:
 # --------------------------------------------------------------------------- json
 
 
-def to_json(outcomes: Sequence[FileOutcome], report: "Report", skipped: Sequence[Tuple[str, str]] = ()) -> str:
+def to_json(
+    outcomes: Sequence[FileOutcome], report: "Report", skipped: Sequence[Tuple[str, str]] = (), notes: Sequence[str] = ()
+) -> str:
     """The JSON report (schema version JSON_VERSION; see README "Output formats")."""
     import json
 
@@ -176,11 +179,13 @@ def to_json(outcomes: Sequence[FileOutcome], report: "Report", skipped: Sequence
             for a in (summary.attention if summary else ())
         ]
         entry["launch"] = list(outcome.launch)
+        entry["notes"] = list(outcome.notes)
         files.append(entry)
     document = {
         "version": JSON_VERSION,
         "files": files,
         "skipped": [{"path": path, "reason": why} for path, why in skipped],
+        "notes": list(notes),
         "summary": {
             "files": report.total,
             "changed": report.change_count,

@@ -48,6 +48,10 @@ class Rule:
     # An advisory that asks for no action (a note on scaling, a suggestion): it never fails `--check`.
     # Every other finding that is not fixed is something to act on, and does.
     informational: bool = False
+    # The fixes whose edits this one's edits rely on (the process group DDP001 sets up, the wrap
+    # DDP003 makes): a selection that takes this rule takes them too, and ignoring one of them
+    # turns this one off (migrator.options.Options.fixes, which says why).
+    requires: Tuple[str, ...] = ()
 
     def explain(self) -> str:
         """The `--explain` text, in the shape of ruff's rule docs."""

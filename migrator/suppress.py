@@ -97,19 +97,32 @@ def apply(result: Result, source: str, options: Options, rerun: Rerun, suppressi
     if not suppressions:
         return result
     turned_off: set = set()
+    rerun_options = options
     while True:
         hit = {c.code for c in result.changes if suppressed(suppressions, c.line, c.code, _name(c.code))}
         hit -= turned_off
         if not hit:
             break
         turned_off |= hit
-        result = rerun(source, replace(options, ignore=(*options.ignore, *sorted(turned_off))))
+        rerun_options = replace(options, ignore=(*options.ignore, *sorted(turned_off)))
+        result = rerun(source, rerun_options)
     diagnostics = tuple(
         d for d in result.diagnostics if not suppressed(suppressions, d.line, d.code, _name(d.code))
     )
-    if diagnostics == result.diagnostics:
+    notes = _dropped_by_suppression(options, rerun_options, turned_off)
+    if diagnostics == result.diagnostics and not notes:
         return result
-    return replace(result, diagnostics=diagnostics)
+    return replace(result, diagnostics=diagnostics, notes=(*result.notes, *notes))
+
+
+def _dropped_by_suppression(options: Options, rerun_options: Options, turned_off: set) -> tuple:
+    """What turning the suppressed fixes off took with it: the fixes that need them (they are off
+    in this file too, as with --ignore), said in one sentence per suppressed fix."""
+    from migrator.options import dropped_note
+
+    newly = {code: cause for code, cause in rerun_options.dropped_fixes.items()
+             if code not in options.dropped_fixes and cause in turned_off}
+    return dropped_note(newly, why="is suppressed in this file (# ddp-migrate: ignore)")
 
 
 def _name(code: str) -> str:

@@ -129,7 +129,8 @@ def test_select_and_ignore_reach_the_python_engine(project):
     assert "DDP001" in codes_in(without.stderr)
 
     only = invoke("--check", "--select", "DDP003,DDP001", "train.py")
-    assert set(codes_in(only.stderr)) <= {"DDP001", "DDP003"} and "DDP003" in codes_in(only.stderr)
+    # the wrap needs the process group and the per-rank device: selecting it takes them too
+    assert set(codes_in(only.stderr)) <= {"DDP001", "DDP002", "DDP003"} and "DDP003" in codes_in(only.stderr)
 
 
 def test_select_and_ignore_reach_the_launcher(project):
@@ -191,7 +192,7 @@ def test_config_from_the_first_path_and_cli_wins(project):
     write(project / "sub" / "pyproject.toml", '[tool.ddp-migrate]\nselect = ["DDP1", "DDP003"]\n')
     write(project / "sub" / "train.py", WRAP_EXAMPLE)
     configured = codes_in(invoke("--check", "sub/train.py").stderr)
-    assert "DDP003" in configured and "DDP001" not in configured
+    assert "DDP003" in configured and "DDP004" not in configured  # DDP001 comes with DDP003, DDP004 does not
     assert "DDP001" in codes_in(invoke("--check", "--select", "DDP0", "sub/train.py").stderr)
     assert "DDP001" in codes_in(invoke("--check", "--isolated", "sub/train.py").stderr)
     assert "DDP003" not in codes_in(invoke("--check", "--ignore", "DDP003", "sub/train.py").stderr)
@@ -201,7 +202,7 @@ def test_config_flag_names_the_file(project):
     write(project / "train.py", WRAP_EXAMPLE)
     write(project / "pyproject.toml", '[tool.ddp-migrate]\nselect = ["DDP003"]\n')
     write(project / "other.toml", 'select = ["DDP001"]\n')  # not a pyproject.toml: keys at the top
-    assert codes_in(invoke("--check", "train.py").stderr) == ["DDP003"]
+    assert codes_in(invoke("--check", "train.py").stderr) == ["DDP001", "DDP002", "DDP003"]  # the wrap takes what it needs
     assert codes_in(invoke("--check", "--config", "other.toml", "train.py").stderr) == ["DDP001"]
     conflict = invoke("--check", "--config", "other.toml", "--isolated", "train.py")
     assert conflict.exit_code == 2

@@ -45,7 +45,7 @@ PATHS = ("advice.py", "clean.py", "old.py", "run.sh", "train.py")
 
 # --------------------------------------------------------------------------- json
 
-FILE_KEYS = {"path", "changed", "error", "findings", "changes_by_rule", "needs_human", "launch"}
+FILE_KEYS = {"path", "changed", "error", "findings", "changes_by_rule", "needs_human", "launch", "notes"}
 BY_RULE_KEYS = {"code", "name", "count"}
 HUMAN_KEYS = {"code", "line", "column", "message", "summary", "hint"}
 FINDING_KEYS = {"code", "name", "line", "column", "message", "fixable", "kind"}
@@ -56,7 +56,7 @@ SUMMARY_KEYS = {"files", "changed", "unchanged", "needs_human", "failed", "skipp
 
 def _validate(document: Dict[str, Any]) -> None:
     """The schema documented in README.md ("Output formats")."""
-    assert set(document) == {"version", "files", "skipped", "summary"}
+    assert set(document) == {"version", "files", "skipped", "notes", "summary"}
     assert document["version"] == JSON_VERSION == 1
     for entry in document["files"]:
         assert set(entry) == FILE_KEYS
@@ -114,6 +114,7 @@ def test_json_is_the_documented_schema_and_all_of_stdout(project):
         "changes_by_rule": [],
         "needs_human": [],
         "launch": [],
+        "notes": [],
     }
     assert by_path["old.py"]["error"]["kind"] == "parse"
     assert by_path["old.py"]["error"]["line"] == 5

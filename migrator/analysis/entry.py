@@ -26,7 +26,7 @@ def entry_point(self, guard: Optional[cst.If], models: Tuple[ModelFact, ...]) ->
         if guard is None and not any(_runs_something(s) for s in self.module.body):
             return None  # a module of definitions (`model = Net()`, `optimizer = SGD(...)`): a config, not a script
         kind = "guard" if guard is not None else "module"
-        return self.entry_in_block(kind, launch_block, None)
+        return self.entry_in_block(kind, launch_block, None, sites)
     # 2. A function called from the launch block that (transitively) builds the model.
     functions = {f.name.value: f for f in self.module.body if isinstance(f, (cst.FunctionDef, cst.ClassDef))}
     loaders = list(self.calls(N.DATALOADER))
@@ -44,12 +44,12 @@ def entry_point(self, guard: Optional[cst.If], models: Tuple[ModelFact, ...]) ->
                     # `loader = load_data(); train(loader)`: the sampler needs the process group
                     # before the function that builds the model runs.
                     kind = "guard" if guard is not None else "module"
-                    return self.entry_in_block(kind, launch_block, None)
-                return self.entry_in_block("function", target.body, statement)  # type: ignore[arg-type]
+                    return self.entry_in_block(kind, launch_block, None, sites)
+                return self.entry_in_block("function", target.body, statement, sites)  # type: ignore[arg-type]
             if isinstance(target, cst.ClassDef) and self.reaches(target, sites, functions, set()):
                 # `Trainer(cfg).run()` in the guard: the class builds the model in a method, so
                 # the process group is set up in the guard, before the object exists.
-                return self.entry_in_block("guard" if guard is not None else "module", launch_block, None)
+                return self.entry_in_block("guard" if guard is not None else "module", launch_block, None, sites)
     return None
 
 def builds_loaders(self, statements, loaders, functions) -> bool:
@@ -118,14 +118,49 @@ def reaches(self, fn: cst.CSTNode, sites, functions, seen: Set[str]) -> bool:
         for callee in _referenced_names(fn)
     )
 
-def entry_in_block(self, kind: str, block: Block, call_statement: Optional[Statement]) -> EntryPoint:
+def entry_in_block(self, kind: str, block: Block, call_statement: Optional[Statement], sites=()) -> EntryPoint:
     body = list(block.body)
     index = 0
     while index < len(body) - 1 and N.is_preamble(body[index], module_level=isinstance(block, cst.Module)):
         index += 1
+    # After the arguments are parsed, so `--help` and a bad argument never start a process group,
+    # when nothing before the parsing needs the group (the model, a loader, a device, a loop).
+    parsed = next((i for i in range(len(body) - 2, index - 1, -1) if _parses_arguments(body[i])), None)
+    if parsed is not None and all(self.needs_no_process_group(statement, sites) for statement in body[index:parsed]):
+        index = parsed + 1
     scope = self.scope_of(body[index])
     training = next((s for s in body[index:] if self.holds_loop(s)), body[index])
     return EntryPoint(kind, block, body[index], training, scope, call_statement)  # type: ignore[arg-type]
+
+
+# How scripts read their command line: `parser.parse_args()`, and the helpers around it.
+_PARSERS = frozenset({"parse_args", "parse_known_args", "parse_opt", "get_args", "parse_arguments", "get_arguments"})
+# What may run before the process group exists: seeding, torch's global switches.
+_TORCH_BEFORE_SETUP = ("torch.manual_seed", "torch.backends.", "torch.set_", "torch.use_deterministic_algorithms")
+
+
+def _parses_arguments(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and any(
+        N.attribute_name(call.func) in _PARSERS or (isinstance(call.func, cst.Name) and call.func.value in _PARSERS)
+        for call in descendants(statement, cst.Call)
+    )
+
+
+def needs_no_process_group(self, statement: cst.CSTNode, sites) -> bool:
+    """A simple statement that can run before the setup: no model, loader, device or rank in it,
+    and nothing of torch but seeding and global switches (`torch.manual_seed(0)`, `config = load(path)`)."""
+    if not isinstance(statement, cst.SimpleStatementLine) or N.mentions_cuda(statement) or N.mentions_rank(statement):
+        return False
+    if any("device" in name.value.lower() for name in descendants(statement, cst.Name)):
+        return False
+    for call in descendants(statement, cst.Call):
+        qualified = self.c.resolve(call.func) or ""
+        if qualified.startswith("torch") and not qualified.startswith(_TORCH_BEFORE_SETUP):
+            return False
+        if call in self.c.optimizer_helpers or N.attribute_name(call.func) in ("cuda", "to"):
+            return False
+    # The statements that build the trained models: their wrap follows them, so the setup must too.
+    return not any(site is statement or self.is_inside(site, statement) for site in sites)
 
 
 def _runs_something(statement: cst.CSTNode) -> bool:

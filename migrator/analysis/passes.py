@@ -288,6 +288,7 @@ class _Analysis:
     reaches = _entry.reaches
     builds_loaders = _entry.builds_loaders
     entry_in_block = _entry.entry_in_block
+    needs_no_process_group = _entry.needs_no_process_group
 
     # -- models ------------------------------------------------------------------------
     # (functions in migrator/analysis/models.py)

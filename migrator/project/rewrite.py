@@ -172,7 +172,7 @@ class _Finder:
 
     def _on(self, code: str) -> bool:
         rule = {r.code: r for r in (MODULE_SAMPLER, MODULE_SET_EPOCH, MODULE_RANK_ZERO_SAVE, MODULE_CHECKPOINT_KEYS, MODULE_MODEL_API)}[code]
-        return code in self.role.pieces and self.options.enabled(code, rule.name)
+        return code in self.role.pieces and self.options.fix_enabled(code)
 
     # ----------------------------------------------------------------- DDP030
     def _sampler(self, call: cst.Call) -> None:

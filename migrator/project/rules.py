@@ -37,6 +37,7 @@ when shuffling is a parameter: the sampler is only made when it is true). Loader
     fix_safety="""
 Safe: the sampler only exists under a process group. A data set given as an expression (it would
 be built twice), a shuffle computed inline or a positional sampler argument is reported (DDP140).""",
+    requires=('DDP001',),
     fixable=True,
     examples=(
         Example(
@@ -106,6 +107,7 @@ before the loop: it does nothing for a caller whose loader has no DistributedSam
     fix_safety="""
 Safe. A loop with no epoch number in reach is reported (DDP140); a function that calls
 `set_epoch` already is left alone.""",
+    requires=('DDP001',),
     fixable=True,
     examples=(
         Example(
@@ -169,6 +171,7 @@ truncated or interleaved checkpoint at worst, and a copy of a file another rank 
 Safe for checkpoints. A `torch.save` that does not look like one (a cache of processed data that
 every rank reads back) is reported (DDP140), not guarded; a save under a rank check already is
 left alone.""",
+    requires=('DDP001',),
     fixable=True,
     examples=(
         Example(
@@ -226,6 +229,7 @@ DDP's own `state_dict()` prefixes every key with `module.`: checkpoints written 
 migration would no longer load into the unwrapped model (an evaluation script, a resumed run).""",
     fix="`(model.module if isinstance(model, DDP) else model).state_dict()`.",
     fix_safety="Safe: a model that is not wrapped is used as before. A module that spells `.module.` itself is left alone.",
+    requires=('DDP003',),
     fixable=True,
     examples=(
         Example(
@@ -320,6 +324,7 @@ AttributeError the first time the trainer runs on the migrated script.""",
 Safe: a model that is not wrapped is used as before. Left alone in a module that spells
 `.module.` itself (written for DataParallel, which has the same limits) and for a script whose
 model was wrapped in DataParallel for good.""",
+    requires=('DDP003',),
     fixable=True,
     examples=(
         Example(

@@ -31,6 +31,7 @@ first GPU (out of memory, or silently slow), and a script that insists on CUDA c
 on a CPU machine with the gloo backend.""",
     fix="Rewrite the device expression; add a `device` variable to the setup when the script has none.",
     fix_safety="Safe: on CUDA machines the device is the one torchrun assigned; on CPU it falls back to the CPU.",
+    requires=('DDP001',),
     fixable=True,
     examples=(
         Example(

@@ -27,6 +27,7 @@ extracting the same archive into the same folder: partial files, "File not found
 or an extraction that fails half-way on some ranks.""",
     fix="Barrier before the download on ranks other than 0, and after it on rank 0.",
     fix_safety="Safe: every rank passes exactly one barrier; only the order of the downloads changes.",
+    requires=('DDP001',),
     fixable=True,
     examples=(
         Example(

@@ -67,6 +67,7 @@ optimises something else than the original.""",
 Safe: the global batch, the number of steps per epoch and the learning rate's meaning stay as
 they were (the last partial batch may differ by the sampler's padding). A batch size computed by
 an expression is reported (DDP120), not split.""",
+    requires=('DDP010',),
     fixable=True,
     examples=(
         Example(

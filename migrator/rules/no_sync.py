@@ -40,6 +40,7 @@ Safe: the optimizer sees the same averaged gradients. Left as it is (and reporte
 the step condition depends on a counter the loop changes between the forward and the test, when
 the forward, the backward and the test are not statements of the same loop body, or when several
 models train there.""",
+    requires=('DDP003',),
     fixable=True,
     examples=(
         Example(

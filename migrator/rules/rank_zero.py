@@ -37,6 +37,7 @@ Every rank holds the same weights after DDP's gradient sync, so N writers produc
 writes of one file: at best wasted I/O, at worst a truncated or interleaved checkpoint.""",
     fix="Wrap the write in `if dist.get_rank() == 0:` (neighbouring guarded statements share one).",
     fix_safety="Safe: no collective runs inside the guarded code.",
+    requires=('DDP001',),
     fixable=True,
     examples=(
         Example(
@@ -121,6 +122,7 @@ unguarded (every rank must take part).""",
     why="N ranks print N interleaved copies of every line, and the log stops being readable.",
     fix="Wrap the print in `if dist.get_rank() == 0:`.",
     fix_safety="Safe; rank 0's numbers describe its own shard until metrics are all-reduced (see the summary).",
+    requires=('DDP001',),
     fixable=True,
     examples=(
         Example(

@@ -31,6 +31,7 @@ effective batch is N copies of the same samples, and the speed-up you migrated f
     fix_safety="""Safe. DistributedSampler pads the last shard by repeating samples so every rank gets
 the same number of batches; loaders with their own sampler, batch_sampler or an IterableDataset
 are reported instead (DDP106, DDP107).""",
+    requires=('DDP001',),
     fixable=True,
     examples=(
         Example(

@@ -26,6 +26,7 @@ DistributedSampler shuffles with a seed derived from the epoch it is told. Witho
 epoch visits the samples in the same order: the model silently trains on a fixed ordering.""",
     fix="Insert the set_epoch call as the first statement of the epoch loop.",
     fix_safety="Safe.",
+    requires=('DDP010',),
     fixable=True,
     examples=(
         Example(

@@ -52,6 +52,7 @@ forward passes run under no_grad, where DDP does no collective (the ranks may ru
 number of them). Left whole, and reported, when the loop keeps per-sample outputs
 (`preds.append(...)`, a metric object), adds up something that is not a number (`x.sum()` without
 `.item()`), or does not run under no_grad.""",
+    requires=('DDP001',),
     fixable=True,
     examples=(
         Example(

@@ -26,6 +26,7 @@ A process that exits with its process group alive leaks communicator resources; 
 about it and, when one rank raised, the others can hang at exit instead of stopping.""",
     fix="Wrap the entry point's call (or the rest of the guard/module body) in try/finally.",
     fix_safety="Safe: only adds cleanup after training.",
+    requires=('DDP001',),
     fixable=True,
     examples=(
         Example(

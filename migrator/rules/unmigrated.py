@@ -155,6 +155,8 @@ if __name__ == "__main__":
     ),
 )
 
+_SETUP = "DDP001"  # with the process-group setup off, nothing can be migrated, and that is no decline
+
 # Method calls that run training in an object built elsewhere (`trainer.train()`, `agent.learn(m)`).
 TRAINING_METHODS = frozenset(
     {"train", "fit", "learn", "update", "train_epoch", "train_one_epoch", "training", "train_step", "optimize"}
@@ -169,8 +171,8 @@ class Signal:
 
 
 def plan(facts: ScriptFacts, plan: Plan) -> None:
-    if plan.changes or plan.diagnostics or facts.already_distributed:
-        return
+    if plan.changes or plan.diagnostics or facts.already_distributed or _SETUP not in plan.fixes:
+        return  # migrated, reported, distributed already, or its setup is not selected: not a silent decline
     module = facts.module
     imports = _imported_modules(module)
     if _uses_torch_distributed(imports) or not (is_script(module) or _sets_up_training(module, imports)):

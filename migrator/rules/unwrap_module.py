@@ -33,6 +33,7 @@ Keys prefixed with `module.` make `load_state_dict` fail with "Missing key(s)" i
 evaluation or inference code; without map_location every rank loads the checkpoint onto GPU 0.""",
     fix="Insert `.module` before state_dict/load_state_dict on the wrapped model; add map_location.",
     fix_safety="Safe.",
+    requires=('DDP003',),
     fixable=True,
     examples=(
         Example(
@@ -219,6 +220,7 @@ DataParallel script the code already saw a wrapper, and stays as it is.""",
     why="DistributedDataParallel does not forward attribute access: `model.encode` raises AttributeError.",
     fix="Insert `.module` before the attribute.",
     fix_safety="Safe. Calling a custom method through .module bypasses DDP's forward hooks, exactly as the original did.",
+    requires=('DDP003',),
     fixable=True,
     examples=(
         Example(

@@ -34,6 +34,7 @@ single-process and slower than DDP even on one machine.""",
     fix="Insert or rewrite the wrap; import DistributedDataParallel; drop a DataParallel import made unused.",
     fix_safety="""Safe for training. The wrapped model's own methods (`model.generate()`) and its
 state_dict keys now go through `model.module`.""",
+    requires=('DDP001', 'DDP002'),
     fixable=True,
     examples=(
         Example(

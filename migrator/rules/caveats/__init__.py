@@ -24,21 +24,25 @@ from migrator.rules.sampler import shards
 from migrator.types import Diagnostic
 
 RULES = (GLOBAL_BATCH, EVAL_SHARDED, ACCUMULATION, SYNC_BATCHNORM, RANK_DIVERGENCE)
+SETUP, SAMPLER, WRAP = "DDP001", "DDP010", "DDP003"  # the fixes whose consequences these report
 
 
 def plan(facts: ScriptFacts, plan: Plan) -> None:
-    migrating = needs_setup(facts)
+    # What a migration changes in meaning is said where the fix that changes it runs (a selection
+    # may leave the sampler or the wrap out).
+    migrating = needs_setup(facts) and SETUP in plan.fixes
     if migrating:
         mode, why = global_batch.batch_mode(facts, plan)
-        for loader in facts.loaders:
+        for loader in facts.loaders if SAMPLER in plan.fixes else ():
             if shards(loader):
                 message = _batch_message(facts, loader, mode, why)
                 if message is not None:
                     _report(facts, plan, GLOBAL_BATCH, loader.call, message)
-        for node in facts.accumulation_steps:
+        wraps = WRAP in plan.fixes
+        for node in facts.accumulation_steps if wraps else ():
             if no_sync.no_sync_span(facts, node) is None:  # else DDP022 put the passes under no_sync()
                 _report(facts, plan, ACCUMULATION, node)
-        if facts.batchnorm_layers and not facts.converts_sync_batchnorm:
+        if wraps and facts.batchnorm_layers and not facts.converts_sync_batchnorm:
             _report(facts, plan, SYNC_BATCHNORM, facts.batchnorm_layers[0])
         # With --batch global the loader splits `batch_size * gpu_count` over the processes again:
         # the product stays the global batch, as under DataParallel. Per process, it is said.
