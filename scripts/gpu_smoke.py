@@ -6,7 +6,7 @@
 
 For each training fixture with an expected.py: ddp-migrate migrates input.py (and must produce
 expected.py), the result runs under `torchrun --standalone --nproc_per_node=<GPUs>` and again with
-`--nproc_per_node=1`, with the probe of tests/runtime_probe armed. Each run must exit 0, and the
+`--nproc_per_node=1`, with the runtime probe armed (tests/runtime_probe/harness.py). Each run must exit 0, and the
 probe's records must show: one process per GPU, the "cpu:gloo,cuda:nccl" backend, each rank's DDP
 module on its own GPU (`device_ids == [local_rank]`), identical parameters on every rank after
 training, disjoint DistributedSampler shards, checkpoints written by rank 0 only. Exit status 0:

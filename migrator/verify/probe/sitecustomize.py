@@ -1,7 +1,8 @@
 """Runtime probe for migrated training scripts, loaded by Python's `site` module.
 
-The harness (tests/runtime_probe/harness.py) puts this folder first on PYTHONPATH of a
-torchrun run and sets DDP_PROBE_DIR. Python then imports this file at start-up in every
+ddp-migrate verify (migrator/verify/runner.py) and the project's runtime tests
+(tests/runtime_probe/harness.py) put this folder first on PYTHONPATH of a torchrun run and set
+DDP_PROBE_DIR. Python then imports this file at start-up in every
 process of the run, but it only arms itself in the training processes:
 
   * torchrun workers: RANK and LOCAL_RANK are set (the torchrun parent has neither);

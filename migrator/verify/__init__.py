@@ -1,0 +1,1 @@
+"""ddp-migrate verify: run a migrated script briefly under torchrun and check how it trains."""
