@@ -225,6 +225,8 @@ def cli(
     With one file and no flag, print the migrated source to stdout. Settings come from
     [tool.ddp-migrate] in the nearest pyproject.toml; flags win. Exit status: 0 done, 1 a file
     would change (--check), 2 a file could not be read, parsed or migrated; 3 both.
+
+    `ddp-migrate verify SCRIPT`: run a migrated script briefly under torchrun and check it (see its --help).
     """
     out = render.make_console(color)
     err = render.make_console(color, stderr=True)
@@ -723,6 +725,16 @@ class _Show:
             render.print_summary(self.err, report)
 
 
+#: `ddp-migrate NAME ARGS...` hands ARGS to the module's main(); loaded only when asked for.
+SUBCOMMANDS = {"verify": "migrator.verify.command"}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    """Console-script entry point (`ddp-migrate`)."""
-    cli.main(args=list(argv) if argv is not None else None, prog_name="ddp-migrate")
+    """Console-script entry point (`ddp-migrate`): a subcommand, else the migration command."""
+    args = list(argv) if argv is not None else sys.argv[1:]
+    if args and args[0] in SUBCOMMANDS:
+        import importlib
+
+        importlib.import_module(SUBCOMMANDS[args[0]]).main(args[1:])
+        return
+    cli.main(args=args, prog_name="ddp-migrate")

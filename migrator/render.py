@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from migrator.output import FileSummary
     from migrator.report import Report
     from migrator.types import Change, Diagnostic
+    from migrator.verify.report import Report as VerifyReport
 
 COLOR_CHOICES = ("auto", "always", "never")
 
@@ -368,3 +369,45 @@ def print_rule_table(console: Console, rows: Sequence[Tuple[str, str, bool, str]
     for row in [header, *cells]:
         console.file.write("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3] + "\n")
     console.file.flush()
+
+
+# --------------------------------------------------------------------------- ddp-migrate verify
+
+_VERDICT_STYLES = {"PASS": "bold green", "FAIL": "bold red", "SKIP": "yellow"}
+
+
+def print_verify_table(console: Console, report: "VerifyReport") -> None:
+    """verify's checks as a table, one verdict per row with its evidence; then the blocks under it
+    (stacks of a hung run, a traceback's end) and the verdict line. Plain text when piped (rich
+    draws the same table without colour; ASCII where the stream's encoding needs it)."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    rich = console.rich()
+    table = Table(box=box.SIMPLE_HEAD, show_header=True, header_style="bold", show_edge=False, pad_edge=False)
+    table.add_column("check", no_wrap=True, style="bold")
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("evidence", overflow="fold")
+    for row in report.rows:
+        table.add_row(row.name, Text(row.verdict, style=_VERDICT_STYLES.get(row.verdict, "")), row.evidence)
+    rich.print(table, soft_wrap=False)
+    print_verify_details(console, report)
+    print_verify_verdict(console, report)
+
+
+def print_verify_details(console: Console, report: "VerifyReport") -> None:
+    for detail in report.details:
+        console.line([(detail.heading + ":", _PATH)])
+        for line in detail.text.splitlines():
+            console.line([("    " + line, None)])
+
+
+def print_verify_verdict(console: Console, report: "VerifyReport") -> None:
+    style = _SUMMARY if report.exit_status == 0 else _ERROR
+    console.line([(report.last_line(), style)])
+
+
+def print_verify_status(console: Console, message: str) -> None:
+    """What verify is doing (a run takes a while): stderr, muted."""
+    console.line([(message, _MUTED)])
