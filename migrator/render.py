@@ -255,11 +255,20 @@ def print_migration_summary(console: Console, summaries: Sequence["FileSummary"]
             write("  run it:\n")
             for label, command in zip(_LAUNCH_LABELS, summary.launch):
                 write(f"    {label}: {command}\n")
+            write(f"  check it first: {verify_command(summary)}\n")
     write("\n")
     console.file.flush()
 
 
 _LAUNCH_LABELS = ("one machine", "several machines")
+
+
+def verify_command(summary: "FileSummary") -> str:
+    """`ddp-migrate verify SCRIPT [-- ARGS]`: the one-machine torchrun command's script and the
+    arguments its parser requires (they follow torchrun's own flags there)."""
+    _, _, args = summary.launch[0].partition(f" {summary.path}")
+    args = args.strip()
+    return f"ddp-migrate verify {summary.path}" + (f" -- {args}" if args else "")
 
 
 def _verb(summary: "FileSummary", writes: bool) -> str:
@@ -303,6 +312,10 @@ def _rich_summary(console: Console, summaries: Sequence["FileSummary"], writes: 
         for label, command in zip(_LAUNCH_LABELS, summary.launch):
             line = Text(f"  run it on {label}: ", style="dim")
             line.append(command, style="green")
+            rich.print(line, soft_wrap=True)
+        if summary.launch:
+            line = Text("  check it first: ", style="dim")
+            line.append(verify_command(summary), style="green")
             rich.print(line, soft_wrap=True)
 
 

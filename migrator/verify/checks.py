@@ -61,8 +61,8 @@ def _some(values: Sequence, limit: int = 6) -> str:
     return "[" + ", ".join(map(str, values[:limit])) + (", ..." if len(values) > limit else "") + "]"
 
 
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 'es' if word.endswith(('ch', 'sh', 's')) else 's'}"
+def _plural(count: int, word: str, plural: str = "") -> str:
+    return f"{count} {word if count == 1 else plural or word + 's'}"
 
 
 def training_loader(record: dict) -> Optional[dict]:
@@ -177,7 +177,7 @@ def check_run(observed: Observed) -> Row:
 def _how_it_ended(observed: Observed) -> str:
     plan = observed.plan
     stops = {rank: record.get("stop") for rank, record in observed.records.items()}
-    limit = f"at most {_plural(plan.steps_per_epoch, 'batch')} per pass"
+    limit = f"at most {_plural(plan.steps_per_epoch, 'batch', 'batches')} per pass"
     if all(stops.values()):
         passes = {stop.get("pass") for stop in stops.values()}
         where = next(iter(stops.values())).get("where")
@@ -362,7 +362,7 @@ def check_in_sync(observed: Observed) -> Row:
     records = observed.records
     steps = {rank: int(record.get("optimizer_steps") or 0) for rank, record in records.items()}
     if not any(steps.values()):
-        return _row(name, FAIL, f"no optimizer step was taken ({_plural(observed.plan.steps_per_epoch, 'batch')} per "
+        return _row(name, FAIL, f"no optimizer step was taken ({_plural(observed.plan.steps_per_epoch, 'batch', 'batches')} per "
                                 "pass: a loop that steps every N batches needs --steps-per-epoch N or more)")
     if len(set(steps.values())) > 1:
         return _row(name, FAIL, f"the ranks took different numbers of optimizer steps: {_by_rank(steps)}")
@@ -371,7 +371,7 @@ def check_in_sync(observed: Observed) -> Row:
     if not any(counts.values()):
         return _row(name, SKIP, "no DDP module to compare (see ddp)")
     if len(set(counts.values())) > 1:
-        return _row(name, FAIL, f"the ranks wrapped different numbers of modules: {_by_rank(counts)}")
+        return _row(name, SKIP, "the ranks wrapped different numbers of modules, nothing to pair (see ddp)")
     ranks = sorted(modules)
     step_count = steps[ranks[0]]
     for index in range(counts[ranks[0]]):
@@ -453,9 +453,11 @@ def _how(by_rank: Dict[int, List[str]]) -> str:
     return ", ".join(f"{how} x{count}" for how, count in sorted(kinds.items()))
 
 
-#: Output kinds that are the script's own (the probe's watch classifies every write).
-_SCRIPT_OUTPUT = (("print", "lines", "printed {}"), ("tqdm", "writes", "drew tqdm progress bars ({} updates)"),
-                  ("log", "lines", "logged {}"))
+#: The script's own output that only rank 0 should make (the probe's watch classifies every
+#: write): its print()s and its tqdm bars. What it logs is shown, not judged: a log line per
+#: rank is often meant (its device, its shard), and logging is where libraries write too.
+_SCRIPT_OUTPUT = (("print", "lines", "printed {}"), ("tqdm", "writes", "drew tqdm progress bars ({} updates)"))
+_LOGGED = (("log", "lines", "logged {}"),)
 
 
 def check_rank0_output(observed: Observed) -> Row:
@@ -465,24 +467,28 @@ def check_rank0_output(observed: Observed) -> Row:
         return skipped
     if not any("output" in record for record in observed.records.values()):
         return _row(name, SKIP, "the output was not watched")
-    noisy = []
+    noisy, logged = [], []
     for rank, record in sorted(observed.records.items()):
         if rank == 0:
             continue
         said = _script_output(record.get("output") or {})
         if said:
             noisy.append(f"rank {rank} {said}")
+        logs = _script_output(record.get("output") or {}, kinds=_LOGGED)
+        if logs:
+            logged.append(f"rank {rank} {logs}")
     if noisy:
         return _row(name, FAIL, "; ".join(noisy) + ": guard the script's own output with `if dist.get_rank() == 0:` "
                                 "(tqdm: disable=dist.get_rank() != 0)")
     zero = _script_output((observed.records.get(0) or {}).get("output") or {}, samples=False)
-    return _row(name, PASS, f"rank 0 {zero or 'printed nothing'}; the other ranks none of their own "
-                            "(library warnings and logging are not counted)")
+    note = f"; not judged: {'; '.join(logged)}" if logged else ""
+    return _row(name, PASS, f"rank 0 {zero or 'printed nothing'}; the other ranks neither printed nor drew a bar"
+                            f"{note}")
 
 
-def _script_output(output: dict, samples: bool = True) -> str:
+def _script_output(output: dict, samples: bool = True, kinds=_SCRIPT_OUTPUT) -> str:
     said = []
-    for kind, count_key, text in _SCRIPT_OUTPUT:
+    for kind, count_key, text in kinds:
         bucket = output.get(kind) or {}
         count = bucket.get(count_key) or 0
         if count:
@@ -500,7 +506,7 @@ def check_dataloader_workers(observed: Observed) -> Row:
         modules = sorted({str(i.get("module")) for i in inits})
         parents = sorted({str(i.get("parent_rank")) for i in inits})
         reimport = " re-imported the script (as __mp_main__) and" if "__mp_main__" in modules else ""
-        return _row(name, FAIL, f"{_plural(len(inits), 'DataLoader worker process')} of rank(s) {', '.join(parents)} "
+        return _row(name, FAIL, f"{_plural(len(inits), 'DataLoader worker process', 'DataLoader worker processes')} of rank(s) {', '.join(parents)} "
                                 f"(started with spawn or forkserver){reimport} called init_process_group at "
                                 f"{', '.join(where)}: each joins the rendezvous as a second copy of its rank and "
                                 "blocks there. Set up the process group in a function the main guard calls "
@@ -512,7 +518,7 @@ def check_dataloader_workers(observed: Observed) -> Row:
         return _row(name, SKIP, "no DataLoader started worker processes (num_workers=0)")
     methods = sorted({str(w.get("start_method")) for w in started})
     count = sum(len(w.get("pids") or []) for w in started)
-    return _row(name, PASS, f"{_plural(count, 'worker process')} ({', '.join(methods)}), none joined the process group")
+    return _row(name, PASS, f"{_plural(count, 'worker process', 'worker processes')} ({', '.join(methods)}), none joined the process group")
 
 
 # --------------------------------------------------------------------------- the original's checkpoints
@@ -568,7 +574,10 @@ def check_checkpoint_keys(observed: Observed) -> Row:
                 lines.extend(keys.differences(new[path][sig_new], old[path][sig_old], path))
     if lines:
         return _row(name, FAIL, "; ".join(dict.fromkeys(lines)))
-    shown = ", ".join(f"{path}: {keys.describe(next(iter(shapes.values())))}" for path, shapes in sorted(new.items())[:4])
+    by_shape: Dict[str, List[str]] = {}
+    for path, shapes in sorted(new.items()):
+        by_shape.setdefault("; ".join(keys.describe(shape) for shape in shapes.values()), []).append(path)
+    shown = "; ".join(f"{', '.join(paths)}: {shape}" for shape, paths in list(by_shape.items())[:3])
     return _row(name, PASS, f"{_plural(len(new), 'file')} with the original's keys ({shown})")
 
 

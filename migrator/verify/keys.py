@@ -29,17 +29,23 @@ def structure(summary: dict) -> dict:
     return {"type": kind}
 
 
-def describe(shape: dict) -> str:
-    """`state_dict (4 keys)`, `mapping: epoch, model_state (state_dict, 12 keys), optimizer_state`."""
+def describe(shape: dict, depth: int = 0) -> str:
+    """`state_dict of 4 keys`; `{epoch, model_state: state_dict of 12 keys, optimizer_state:
+    optimizer_state_dict, config: mapping of 14 keys}` (one level of a checkpoint dict shown)."""
     kind = shape.get("type")
+    count = len(shape.get("keys") or [])
     if kind == "module":
-        return f"module {shape.get('class')} ({len(shape.get('state_dict_keys') or [])} keys)"
-    if kind in ("state_dict", "optimizer_state_dict"):
-        return f"{kind} ({len(shape.get('keys') or [])} keys)"
+        return f"module {shape.get('class')} with {len(shape.get('state_dict_keys') or [])} state_dict keys"
+    if kind == "state_dict":
+        return f"state_dict of {count} keys"
+    if kind == "optimizer_state_dict":
+        return "optimizer_state_dict"
     if kind == "mapping":
+        if depth:
+            return f"mapping of {count} keys"
         items = shape.get("items") or {}
-        parts = [f"{key} ({describe(items[key])})" if key in items else key for key in shape.get("keys") or []]
-        return "mapping: " + ", ".join(parts)
+        parts = [f"{key}: {describe(items[key], depth + 1)}" if key in items else key for key in shape.get("keys") or []]
+        return "{" + ", ".join(parts) + "}"
     return str(kind)
 
 

@@ -12,12 +12,13 @@ from typing import Dict, List, Optional, Tuple
 
 from migrator.verify import checks, stacks
 from migrator.verify.checks import FAIL, PASS, SKIP, Observed, Row
+from migrator.verify.probe import PROBE_DIR
 from migrator.verify.runner import Run
 
 JSON_VERSION = 1
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 #: Lines of a failed rank's traceback shown (its end: where it raised).
-TRACEBACK_LINES = 12
+TRACEBACK_LINES = 16
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ def traceback_details(run: Run, whose: str = "") -> List[Detail]:
     seen: Dict[str, List[int]] = {}
     for rank, exc in checks.failed_ranks(run):
         text = exc.get("traceback") or f"{exc.get('type')}: {exc.get('message')}"
-        seen.setdefault(_last_lines(text, TRACEBACK_LINES), []).append(rank)
+        seen.setdefault(traceback_tail(text), []).append(rank)
     if seen:
         return [Detail(f"{prefix}traceback of {'ranks' if len(ranks) > 1 else 'rank'} {', '.join(map(str, ranks))} "
                        f"(last lines)", text) for text, ranks in seen.items()]
@@ -137,6 +138,23 @@ def stack_details(observed: Observed) -> List[Detail]:
         out.append(Detail(f"stack of {checks.role_label(roles.get(pid), pid)} (pid {pid}, most recent call first)",
                           text))
     return out
+
+
+def traceback_tail(text: str, lines: int = TRACEBACK_LINES) -> str:
+    """A traceback's header and its last frames (where it raised), without the probe's own frames
+    (its wrappers around torch's functions are not the user's concern)."""
+    kept: List[str] = []
+    skipping = False
+    for line in text.rstrip().splitlines():
+        if line.startswith('  File "'):
+            skipping = str(PROBE_DIR) in line
+        elif not line.startswith("    "):
+            skipping = False
+        if not skipping:
+            kept.append(line)
+    header = [kept[0]] if kept and kept[0].startswith("Traceback") else []
+    body = kept[len(header):]
+    return "\n".join(header + (["  ..."] if len(body) > lines else []) + body[-lines:])
 
 
 def _last_lines(text: str, count: int) -> str:
