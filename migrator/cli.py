@@ -737,4 +737,4 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
         importlib.import_module(SUBCOMMANDS[args[0]]).main(args[1:])
         return
-    cli.main(args=args, prog_name="ddp-migrate")
+    cli.main(args=list(argv) if argv is not None else None, prog_name="ddp-migrate")

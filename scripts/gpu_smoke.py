@@ -114,8 +114,8 @@ def _verify_on_gpus(case: "fixture_cases.FixtureCase", gpus: int) -> bool:
                                                     context=case.context).code, encoding="utf-8")
         command = [sys.executable, "-m", "migrator", "verify", "train.py", "--device", "cuda", "--nproc", str(gpus),
                    "--timeout", str(RUN_TIMEOUT_S), "--output-format", "json", "--", *case.args]
-        done = subprocess.run(command, cwd=tmp, capture_output=True, text=True,
-                              env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))))
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # this checkout's migrator
+        done = subprocess.run(command, cwd=tmp, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=path))
     try:
         failed = json.loads(done.stdout).get("failed") or ([] if done.returncode == 0 else [f"exit {done.returncode}"])
     except ValueError:

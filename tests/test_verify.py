@@ -102,7 +102,8 @@ def test_the_migration_command_does_not_load_verify():
     assert out.strip() == "[]"
 
 
-@pytest.mark.parametrize("module", ["command", "runner", "checks", "report", "keys", "stacks", "probe"])
+@pytest.mark.parametrize("module", ["command", "runner", "checks", "checks.base", "checks.checkpoints", "checks.run", "report",
+                                    "keys", "stacks", "probe"])
 def test_each_verify_module_imports_alone_and_never_torch(module):
     """No import cycle (each module is importable first), and none of them imports torch."""
     probe = f"import sys, migrator.verify.{module}; print('torch' in sys.modules)"
@@ -203,11 +204,22 @@ def _probe_record(tmp_path: Path, **env: str) -> dict:
     out.mkdir()
     (tmp_path / "script.py").write_text(SCRIPT_WITHOUT_TORCH)
     run_env = {k: v for k, v in os.environ.items() if not k.startswith(("DDP_PROBE", "_DDP_PROBE"))}
-    run_env.update(PYTHONPATH=str(PROBE_DIR), DDP_PROBE_DIR=str(out), DDP_PROBE_SINGLE="1", **env)
+    run_env.update(PYTHONPATH=str(PROBE_DIR), DDP_PROBE_DIR=str(out), DDP_PROBE_SINGLE="1")
+    run_env.update(env)
     done = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, env=run_env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "hello 1\ntwo\nlines\n"  # the output itself is unchanged
     return json.loads((out / "rank0.json").read_text())
+
+
+def test_a_users_own_sitecustomize_still_runs_behind_the_probe(tmp_path):
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("open('own-sitecustomize-ran', 'w').close()\n")
+    record = _probe_record(tmp_path, DDP_PROBE_WATCH="1", PYTHONPATH=f"{PROBE_DIR}{os.pathsep}{own}")
+    assert (tmp_path / "own-sitecustomize-ran").exists()
+    assert "own-sitecustomize-ran" in record["writes"]  # it runs in every process of the run, watched too
+    assert record["probe_errors"] == []
 
 
 def test_without_verifys_settings_the_probe_records_what_it_always_did(tmp_path):

@@ -96,7 +96,8 @@ def verify(ctx: click.Context, script: str, script_args: Tuple[str, ...], nproc:
     original_run = None
     if original is not None and not failed_before_training(run, nproc):
         if text:
-            render.print_verify_status(err, f"verify: the original, {runner.command_line(runner.plain_command(plan, original))}")
+            plain = runner.command_line(runner.plain_command(plan, original))
+            render.print_verify_status(err, f"verify: the original, {plain}")
         original_run = runner.run_original(plan, original)
     timings = {"run_s": run.duration_s, "total_s": time.monotonic() - started}
     if original_run is not None:

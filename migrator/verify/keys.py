@@ -44,7 +44,8 @@ def describe(shape: dict, depth: int = 0) -> str:
         if depth:
             return f"mapping of {count} keys"
         items = shape.get("items") or {}
-        parts = [f"{key}: {describe(items[key], depth + 1)}" if key in items else key for key in shape.get("keys") or []]
+        parts = [f"{key}: {describe(items[key], depth + 1)}" if key in items else key
+                 for key in shape.get("keys") or []]
         return "{" + ", ".join(parts) + "}"
     return str(kind)
 

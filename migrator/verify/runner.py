@@ -151,6 +151,8 @@ def run_original(plan: Plan, original: str) -> Run:
 
 
 def probed_run(label: str, command: List[str], plan: Plan, single: bool) -> Run:
+    """Run `command` in the user's folder with the probe armed, in a session of its own; collect
+    its records, stacks (when it had to be ended) and output from a temporary folder."""
     with tempfile.TemporaryDirectory(prefix="ddp-verify-") as tmp:
         out_dir = Path(tmp) / "probe"
         out_dir.mkdir()
@@ -158,22 +160,25 @@ def probed_run(label: str, command: List[str], plan: Plan, single: bool) -> Run:
         started = time.monotonic()
         with open(logs[0], "w") as stdout, open(logs[1], "w") as stderr:
             proc = subprocess.Popen(command, cwd=str(plan.cwd), env=probe_env(plan, out_dir, single),
-                                    stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                                    start_new_session=True)
-            try:
-                ended = _wait(proc, started + plan.timeout, out_dir)
-            except BaseException:  # Ctrl-C: the run is in its own session and would not see it
-                _end_group(proc)
-                raise
-            stacks: Dict[int, str] = {}
-            if ended != "exited":
-                stacks = _collect_stacks(out_dir)
-            survivors = _end_group(proc)
-        duration = time.monotonic() - started
+                                    stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True)
+            ended, stacks, survivors = _supervise(proc, started + plan.timeout, out_dir)
         records, unreadable = _read_records(out_dir)
-        return Run(label, command, proc.returncode if ended == "exited" else None, ended, duration, plan.timeout,
-                   _tail(logs[0]), _tail(logs[1]), records, unreadable, _read_json_files(out_dir, "alive-*.json"),
-                   stacks, _read_json_files(out_dir, "worker-init-*.json"), survivors)
+        return Run(label, command, proc.returncode if ended == "exited" else None, ended,
+                   time.monotonic() - started, plan.timeout, _tail(logs[0]), _tail(logs[1]), records, unreadable,
+                   _read_json_files(out_dir, "alive-*.json"), stacks,
+                   _read_json_files(out_dir, "worker-init-*.json"), survivors)
+
+
+def _supervise(proc: subprocess.Popen, deadline: float, out_dir: Path) -> Tuple[str, Dict[int, str], List[int]]:
+    """Wait for the run; take the stacks of one that has to be ended; end its whole group in
+    every case (a worker it left behind too). Returns (how it ended, stacks, survivors)."""
+    try:
+        ended = _wait(proc, deadline, out_dir)
+    except BaseException:  # Ctrl-C: the run is in its own session and would not see it
+        _end_group(proc)
+        raise
+    stacks = _collect_stacks(out_dir, proc.pid) if ended != "exited" else {}
+    return ended, stacks, _end_group(proc)
 
 
 def _wait(proc: subprocess.Popen, deadline: float, out_dir: Path) -> str:
@@ -195,12 +200,13 @@ def _wait(proc: subprocess.Popen, deadline: float, out_dir: Path) -> str:
             return "worker-hang"
 
 
-def _collect_stacks(out_dir: Path) -> Dict[int, str]:
-    """SIGUSR1 to every probed process still there (faulthandler writes its stacks), then read them."""
+def _collect_stacks(out_dir: Path, pgid: int) -> Dict[int, str]:
+    """SIGUSR1 to every probed process still in the run's group (faulthandler writes its stacks;
+    a pid that ended and was reused by another process is left alone), then read them."""
     asked = []
     for alive in _read_json_files(out_dir, "alive-*.json"):
         pid = alive.get("pid")
-        if isinstance(pid, int) and _running(pid):
+        if isinstance(pid, int) and _in_group(pid, pgid):
             try:
                 os.kill(pid, signal.SIGUSR1)
                 asked.append(pid)
@@ -264,10 +270,9 @@ def _group_members(pgid: int) -> List[int]:
     return members
 
 
-def _running(pid: int) -> bool:
+def _in_group(pid: int, pgid: int) -> bool:
     try:
-        os.kill(pid, 0)
-        return True
+        return os.getpgid(pid) == pgid
     except OSError:
         return False
 

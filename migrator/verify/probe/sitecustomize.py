@@ -8,7 +8,9 @@ process of the run, but it only arms itself in the training processes:
   * torchrun workers: RANK and LOCAL_RANK are set (the torchrun parent has neither);
   * a plain single-process run, when the harness also sets DDP_PROBE_SINGLE=1;
   * never in a process started by an armed one (spawned DataLoader workers and the like):
-    the armed process leaves its pid in _DDP_PROBE_OWNER_PID for its children to see.
+    the armed process leaves its pid in _DDP_PROBE_OWNER_PID for its children to see. (With
+    DDP_PROBE_WATCH=1 a spawned DataLoader worker gets the watch's small part, WorkerWatch:
+    its stack on SIGUSR1 and its init_process_group calls, no record.)
 
 Armed, it registers its atexit handler before the script runs (so the handler runs LAST,
 after the script's own atexit handlers and `finally` blocks), and waits for `import torch`
@@ -535,7 +537,7 @@ class _Probe:
                 "iterations": [],
             }
             if self.max_batches or self.epochs:
-                rec["num_batches"] = self.guard("loader len", len, loader)
+                rec["num_batches"] = _len_or_none(loader)
             self.record["loaders"].append(rec)
             self.loader_records[loader] = rec
             self.loader_keys[rec["index"]] = id(dataset)
@@ -673,6 +675,14 @@ def _jsonable(value):
         except Exception:
             pass
     return str(value)
+
+
+def _len_or_none(obj):
+    """len(obj), or None where it has none (a loader over an IterableDataset): not a probe error."""
+    try:
+        return len(obj)
+    except Exception:
+        return None
 
 
 def _user_frame(frame) -> str:
