@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 from migrator.verify import checks, stacks
 from migrator.verify.checks import FAIL, PASS, SKIP, Observed, Row
@@ -192,8 +192,3 @@ def rank_summaries(observed: Observed) -> Dict[int, dict]:
     for rank in set(range(observed.plan.nproc)) - set(out):
         out[rank] = {"ended": "no record"}
     return out
-
-
-def rows_by_name(report: Report) -> Dict[str, Tuple[str, str]]:
-    """{check name: (verdict, evidence)} (for tests and tools)."""
-    return {row.name: (row.verdict, row.evidence) for row in report.rows}
