@@ -181,6 +181,27 @@ def test_the_probe_goes_first_on_pythonpath_and_a_launchers_variables_stay_out(m
                                       "--nproc_per_node=4", "train.py", "--lr", "0.1"]
 
 
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds a run's processes through /proc")
+def test_every_process_of_a_run_is_ended_even_one_in_a_session_of_its_own(tmp_path):
+    """torchrun starts each worker in a session of its own: a run's processes are found by
+    descent and by the run's probe folder in their environment, an orphan too."""
+    from migrator.verify import runner
+
+    out_dir = tmp_path / "probe"
+    env = dict(os.environ, DDP_PROBE_DIR=str(out_dir))
+    # the launcher starts a worker in a new session, writes its pid, and sleeps
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time; w = subprocess.Popen([sys.executable, '-c', "
+         "'import time; time.sleep(600)'], start_new_session=True); print(w.pid, flush=True); time.sleep(600)"],
+        env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    worker = int(launcher.stdout.readline())
+    run = runner._RunProcesses(launcher.pid, out_dir)
+    assert {launcher.pid, worker} <= set(run.pids())
+    assert os.getpgid(worker) != launcher.pid  # not in the launcher's group
+    assert runner._end_all(launcher, run) == []
+    assert not Path(f"/proc/{worker}").exists() or Path(f"/proc/{worker}/stat").read_text().split(")")[1].split()[0] == "Z"
+
+
 # --------------------------------------------------------------------------- the probe, on a script without torch
 
 SCRIPT_WITHOUT_TORCH = textwrap.dedent("""

@@ -3,9 +3,10 @@ its processes recorded.
 
 Never imports torch (ddp-migrate does not depend on it): the script runs in the interpreter the
 user names, the probe (probe/sitecustomize.py) is put first on that interpreter's PYTHONPATH,
-and what it saw comes back as JSON files in a temporary folder. The run starts in a session of
-its own, so that a hang ends with the whole process group (torchrun, its workers, their
-DataLoader workers) killed: nothing is left running.
+and what it saw comes back as JSON files in a temporary folder. However a run ends, every process
+of it goes with it (torchrun, its workers, which torchrun starts in sessions of their own, their
+DataLoader workers): they are found by descent and by the run's probe folder in their
+environment (_RunProcesses), asked for their stacks when the run hung, then ended.
 """
 from __future__ import annotations
 
@@ -170,15 +171,16 @@ def probed_run(label: str, command: List[str], plan: Plan, single: bool) -> Run:
 
 
 def _supervise(proc: subprocess.Popen, deadline: float, out_dir: Path) -> Tuple[str, Dict[int, str], List[int]]:
-    """Wait for the run; take the stacks of one that has to be ended; end its whole group in
-    every case (a worker it left behind too). Returns (how it ended, stacks, survivors)."""
+    """Wait for the run; take the stacks of one that has to be ended; end every process of it in
+    every case (a worker left behind too). Returns (how it ended, stacks, survivors)."""
+    run = _RunProcesses(proc.pid, out_dir)
     try:
         ended = _wait(proc, deadline, out_dir)
-    except BaseException:  # Ctrl-C: the run is in its own session and would not see it
-        _end_group(proc)
+    except BaseException:  # Ctrl-C: the run is in sessions of its own and would not see it
+        _end_all(proc, run)
         raise
-    stacks = _collect_stacks(out_dir, proc.pid) if ended != "exited" else {}
-    return ended, stacks, _end_group(proc)
+    stacks = _collect_stacks(out_dir, run) if ended != "exited" else {}
+    return ended, stacks, _end_all(proc, run)
 
 
 def _wait(proc: subprocess.Popen, deadline: float, out_dir: Path) -> str:
@@ -200,13 +202,56 @@ def _wait(proc: subprocess.Popen, deadline: float, out_dir: Path) -> str:
             return "worker-hang"
 
 
-def _collect_stacks(out_dir: Path, pgid: int) -> Dict[int, str]:
-    """SIGUSR1 to every probed process still in the run's group (faulthandler writes its stacks;
-    a pid that ended and was reused by another process is left alone), then read them."""
+class _RunProcesses:
+    """The live processes of one run. torchrun starts each worker in a session of its own, so the
+    launcher's process group is not enough: a process belongs to the run when it descends from
+    the launcher, or when its environment carries this run's probe folder (every process of the
+    run inherits it; so an orphan whose launcher was killed is still found). Zombies are dead."""
+
+    def __init__(self, root: int, out_dir: Path) -> None:
+        self.root = root
+        self.marker = f"DDP_PROBE_DIR={out_dir}".encode()
+
+    def pids(self) -> List[int]:
+        proc_root = Path("/proc")
+        if not proc_root.is_dir():  # pragma: no cover - not Linux: the launcher's group is what there is
+            try:
+                os.killpg(self.root, 0)
+                return [self.root]
+            except OSError:
+                return []
+        children: Dict[int, List[int]] = {}
+        found = set()
+        for entry in proc_root.iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            pid = int(entry.name)
+            try:
+                stat = (entry / "stat").read_text()
+                fields = stat[stat.rfind(")") + 2:].split()
+                if fields[0] == "Z":
+                    continue
+                children.setdefault(int(fields[1]), []).append(pid)
+                if self.marker in (entry / "environ").read_bytes().split(b"\0"):
+                    found.add(pid)
+            except (OSError, IndexError, ValueError):
+                continue
+        todo = [self.root] if self.root in children.get(os.getpid(), []) else []  # the launcher, while alive
+        while todo:
+            pid = todo.pop()
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+        return sorted(found)
+
+
+def _collect_stacks(out_dir: Path, run: _RunProcesses) -> Dict[int, str]:
+    """SIGUSR1 to every probed process of the run still there (faulthandler writes its stacks; a
+    pid that ended and was reused by another process is not the run's, and is left alone)."""
+    members = set(run.pids())
     asked = []
     for alive in _read_json_files(out_dir, "alive-*.json"):
         pid = alive.get("pid")
-        if isinstance(pid, int) and _in_group(pid, pgid):
+        if isinstance(pid, int) and pid in members:
             try:
                 os.kill(pid, signal.SIGUSR1)
                 asked.append(pid)
@@ -216,9 +261,8 @@ def _collect_stacks(out_dir: Path, pgid: int) -> Dict[int, str]:
         time.sleep(STACK_WAIT_S)
     stacks = {}
     for pid in asked:
-        path = out_dir / f"stack-{pid}.txt"
         try:
-            text = path.read_text(errors="replace").strip()
+            text = (out_dir / f"stack-{pid}.txt").read_text(errors="replace").strip()
         except OSError:
             continue
         if text:
@@ -226,55 +270,27 @@ def _collect_stacks(out_dir: Path, pgid: int) -> Dict[int, str]:
     return stacks
 
 
-def _end_group(proc: subprocess.Popen) -> List[int]:
-    """End every process of the run's group (the leader's pid is its id): SIGTERM, then SIGKILL.
-    Returns the pids still there after that (none, unless something is badly wrong)."""
-    pgid = proc.pid
+def _end_all(proc: subprocess.Popen, run: _RunProcesses) -> List[int]:
+    """End every process of the run: SIGTERM first (torchrun then stops its workers as it would on
+    a node's shutdown), then SIGKILL for what is left. Returns the pids still there after that
+    (none, unless a process is stuck in the kernel)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        if not _group_members(pgid) and proc.poll() is not None:
+        members = run.pids()
+        if not members and proc.poll() is not None:
             break
-        try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            break
+        for pid in members:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
         deadline = time.monotonic() + TERM_WAIT_S
-        while time.monotonic() < deadline and (proc.poll() is None or _group_members(pgid)):
-            time.sleep(0.05)
+        while time.monotonic() < deadline and (proc.poll() is None or run.pids()):
+            time.sleep(0.1)
     try:
         proc.wait(timeout=TERM_WAIT_S)
     except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL was sent
         pass
-    return _group_members(pgid)
-
-
-def _group_members(pgid: int) -> List[int]:
-    """Live processes of group `pgid` (zombies are dead: they only wait to be reaped)."""
-    proc_root = Path("/proc")
-    if not proc_root.is_dir():  # pragma: no cover - not Linux: ask the kernel about the group as a whole
-        try:
-            os.killpg(pgid, 0)
-            return [pgid]
-        except OSError:
-            return []
-    members = []
-    for entry in proc_root.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 2 and fields[0] != "Z" and fields[2] == str(pgid):
-            members.append(int(entry.name))
-    return members
-
-
-def _in_group(pid: int, pgid: int) -> bool:
-    try:
-        return os.getpgid(pid) == pgid
-    except OSError:
-        return False
+    return run.pids()
 
 
 # --------------------------------------------------------------------------- reading back
