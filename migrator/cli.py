@@ -260,7 +260,10 @@ def cli(
          or a usage error
       3  both 1 and 2
 
-    `ddp-migrate launch --help`: job files for Slurm and Kubernetes.
+    \b
+    Subcommands (each has its own --help):
+      ddp-migrate verify SCRIPT   run a migrated script briefly under torchrun and check it
+      ddp-migrate launch SCRIPT   write a Slurm or Kubernetes job file for several machines
     """
     out = render.make_console(color)
     err = render.make_console(color, stderr=True)
@@ -849,13 +852,17 @@ def _show_files(err: render.Console, sources: Sequence[Path], skipped: Sequence[
         render.print_text(err, f"{name}: {what}\n")
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
-    """Console-script entry point (`ddp-migrate`; `ddp-migrate launch ...` is migrator.jobs)."""
-    args = list(argv) if argv is not None else sys.argv[1:]
-    if args[:1] == ["launch"]:
-        from migrator.jobs.command import launch
+#: `ddp-migrate NAME ARGS...` hands ARGS to the module's main(); loaded only when asked for.
+SUBCOMMANDS = {"verify": "migrator.verify.command", "launch": "migrator.jobs.command"}
 
-        launch.main(args=args[1:], prog_name="ddp-migrate launch")
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    """Console-script entry point (`ddp-migrate`): a subcommand, else the migration command."""
+    args = list(argv) if argv is not None else sys.argv[1:]
+    if args and args[0] in SUBCOMMANDS:
+        import importlib
+
+        importlib.import_module(SUBCOMMANDS[args[0]]).main(args[1:])
         return
     # argv None: click reads sys.argv itself (and expands globs on Windows, as before).
     cli.main(args=None if argv is None else args, prog_name="ddp-migrate")

@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from migrator.output import FileSummary
     from migrator.report import Report
     from migrator.types import Change, Diagnostic
+    from migrator.verify.report import Report as VerifyReport
 
 COLOR_CHOICES = ("auto", "always", "never")
 
@@ -210,10 +211,11 @@ def print_status(console: Console, message: str) -> None:
 
 
 def print_file_status(console: Console, path: str, status: str, launch: Sequence[str] = ()) -> None:
-    """The one line about a file that changes: `would migrate train.py; run it: torchrun ...`."""
+    """The one line about a file that changes: `would migrate train.py; check it: ddp-migrate verify
+    train.py; run it: torchrun ...` (the verify and torchrun parts for a training script)."""
     text = f"{status} {path}"
     if launch:
-        text += f"; run it: {launch[0]}"
+        text += f"; check it: {verify_command(path, launch)}; run it: {launch[0]}"
     console.line([(text, _MUTED)])
 
 
@@ -274,6 +276,7 @@ def print_migration_summary(console: Console, summaries: Sequence["FileSummary"]
             for label, command in zip(_LAUNCH_LABELS, summary.launch):
                 write(f"    {label}: {command}\n")
             write(f"    job file: {job_file_hint(summary.path)}\n")
+            write(f"  check it first: {verify_command(summary.path, summary.launch)}\n")
     write("\n")
     console.file.flush()
 
@@ -286,6 +289,14 @@ def job_file_hint(path: str) -> str:
     import shlex
 
     return f"ddp-migrate launch {shlex.quote(path)} --nodes <nodes> --gpus <gpus> --slurm"
+
+
+def verify_command(path: str, launch: Sequence[str]) -> str:
+    """`ddp-migrate verify SCRIPT [-- ARGS]`: the one-machine torchrun command's script and the
+    arguments its parser requires (they follow torchrun's own flags there)."""
+    _, _, args = launch[0].partition(f" {path}") if launch else ("", "", "")
+    args = args.strip()
+    return f"ddp-migrate verify {path}" + (f" -- {args}" if args else "")
 
 
 def _verb(summary: "FileSummary", writes: bool) -> str:
@@ -333,6 +344,9 @@ def _rich_summary(console: Console, summaries: Sequence["FileSummary"], writes: 
         if summary.launch:
             line = Text("  write its job file: ", style="dim")
             line.append(job_file_hint(summary.path), style="green")
+            rich.print(line, soft_wrap=True)
+            line = Text("  check it first: ", style="dim")
+            line.append(verify_command(summary.path, summary.launch), style="green")
             rich.print(line, soft_wrap=True)
 
 
@@ -399,3 +413,45 @@ def print_rule_table(console: Console, rows: Sequence[Tuple[str, str, bool, str]
     for row in [header, *cells]:
         console.file.write("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3] + "\n")
     console.file.flush()
+
+
+# --------------------------------------------------------------------------- ddp-migrate verify
+
+_VERDICT_STYLES = {"PASS": "bold green", "FAIL": "bold red", "SKIP": "yellow"}
+
+
+def print_verify_table(console: Console, report: "VerifyReport") -> None:
+    """verify's checks as a table, one verdict per row with its evidence; then the blocks under it
+    (stacks of a hung run, a traceback's end) and the verdict line. Plain text when piped (rich
+    draws the same table without colour; ASCII where the stream's encoding needs it)."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    rich = console.rich()
+    table = Table(box=box.SIMPLE_HEAD, show_header=True, header_style="bold", show_edge=False, pad_edge=False)
+    table.add_column("check", no_wrap=True, style="bold")
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("evidence", overflow="fold")
+    for row in report.rows:
+        table.add_row(row.name, Text(row.verdict, style=_VERDICT_STYLES.get(row.verdict, "")), row.evidence)
+    rich.print(table, soft_wrap=False)
+    print_verify_details(console, report)
+    print_verify_verdict(console, report)
+
+
+def print_verify_details(console: Console, report: "VerifyReport") -> None:
+    for detail in report.details:
+        console.line([(detail.heading + ":", _PATH)])
+        for line in detail.text.splitlines():
+            console.line([("    " + line, None)])
+
+
+def print_verify_verdict(console: Console, report: "VerifyReport") -> None:
+    style = _SUMMARY if report.exit_status == 0 else _ERROR
+    console.line([(report.last_line(), style)])
+
+
+def print_verify_status(console: Console, message: str) -> None:
+    """What verify is doing (a run takes a while): stderr, muted."""
+    console.line([(message, _MUTED)])

@@ -39,10 +39,22 @@ is skipped with one line saying how to get it (`git clone URL DIR && git -C DIR 
 Commands run with their CPU affinity limited to --cpus CPUs (default 2, the issue's machine;
 0: no limit). Best and median of --repeat runs; the issue's targets are printed alongside.
 Nothing is asserted and nothing in ddp-migrate is changed: the numbers are for people.
+
+    python scripts/bench.py --verify [--steps 400] [--repeat 5]      # needs torch (the test extra)
+
+--verify mode, the cost of `ddp-migrate verify` (its own interpreter: this one):
+  (g) the probe's overhead per training step: one training script (a migrated loop: DistributedSampler,
+      DDP on a world of one, an optimizer step and a print every 50 steps), run as one plain process
+      with and without the probe armed as verify arms it (its watch on; the batch limit and the
+      epoch stop set too high to cut anything, so both runs take the same --steps). The script
+      times its own loop; per step, median of --repeat runs each, alternating (target < 5%);
+  (h) verify's wall time on a fixture (checkpoint_rotation's expected.py: 2 processes, 2 epochs of
+      3 batches), next to the same script under plain torchrun for its whole run, median of 3.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shlex
@@ -737,6 +749,104 @@ def _cpus(count: int) -> Optional[List[int]]:
     return available[:count] if count and available is not None else None
 
 
+# --------------------------------------------------------------------------- --verify
+
+#: (g)'s training: a migrated loop, timed from inside (start-up and imports are not steps).
+BENCH_TRAINING = '''
+import json, os, sys, time
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+STEPS, BATCH = int(sys.argv[1]), 32
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(BATCH * 50, 64), torch.randn(BATCH * 50, 1))
+sampler = DistributedSampler(data, shuffle=True)
+loader = DataLoader(data, batch_size=BATCH, sampler=sampler)
+model = DDP(nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 1)))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+steps, epoch = 0, 0
+started = time.perf_counter()
+while steps < STEPS:
+    sampler.set_epoch(epoch)
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        steps += 1
+        if dist.get_rank() == 0 and steps % 50 == 0:
+            print(f"epoch {epoch} step {steps} loss {loss.item():.4f}")
+        if steps == STEPS:
+            break
+    epoch += 1
+elapsed = time.perf_counter() - started
+dist.destroy_process_group()
+with open(os.environ["BENCH_OUT"], "w") as out:
+    json.dump({"steps": steps, "seconds": elapsed}, out)
+'''
+
+
+def _timed_training(script: Path, steps: int, env: dict, out: Path) -> float:
+    """Seconds per step of one run of the bench training."""
+    subprocess.run([sys.executable, str(script), str(steps)], env=dict(env, BENCH_OUT=str(out)), check=True,
+                   stdout=subprocess.DEVNULL, cwd=str(script.parent))
+    result = json.loads(out.read_text())
+    return result["seconds"] / result["steps"]
+
+
+def bench_verify(args) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise SystemExit("bench --verify needs torch (pip install -e '.[test]')")
+    from migrator.verify.probe import PROBE_DIR
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        script = tmp_path / "bench_train.py"
+        script.write_text(BENCH_TRAINING)
+        probe_dir = tmp_path / "probe"
+        probe_dir.mkdir()
+        plain_env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+        probed_env = dict(plain_env, PYTHONPATH=os.pathsep.join([str(PROBE_DIR), os.environ.get("PYTHONPATH", "")]),
+                          DDP_PROBE_DIR=str(probe_dir), DDP_PROBE_SINGLE="1", DDP_PROBE_WATCH="1",
+                          DDP_PROBE_MAX_BATCHES=str(10**9), DDP_PROBE_EPOCHS=str(10**9))
+        plain, probed = [], []
+        for _ in range(args.repeat):  # alternating, so a slower minute of the machine hits both
+            plain.append(_timed_training(script, args.steps, plain_env, tmp_path / "plain.json"))
+            probed.append(_timed_training(script, args.steps, probed_env, tmp_path / "probed.json"))
+        record = json.loads((probe_dir / "rank0.json").read_text())
+        assert record["optimizer_steps"] == args.steps and not record["probe_errors"], record["probe_errors"]
+        p, q = statistics.median(plain), statistics.median(probed)
+        overhead = (q - p) / p * 100
+        print(f"(g) probe overhead per training step ({args.steps} steps, median of {args.repeat} runs each)")
+        print(f"    without the probe {p * 1e3:8.3f} ms/step   (best {min(plain) * 1e3:.3f})")
+        print(f"    with the probe    {q * 1e3:8.3f} ms/step   (best {min(probed) * 1e3:.3f})")
+        print(f"    overhead          {overhead:+7.2f} %        target < 5 %   {'ok' if overhead < 5 else 'MISS'}")
+
+        fixture = ROOT / "fixtures" / "checkpoint_rotation" / "expected.py"
+        run_dir = tmp_path / "verify"
+        run_dir.mkdir()
+        (run_dir / "train.py").write_text(fixture.read_text())
+        verify_argv = tool_argv(["verify", "train.py", "--output-format", "json"])
+        torchrun_argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py"]
+        walls = {"verify": [], "torchrun": []}
+        for _ in range(3):
+            for name, argv in (("verify", verify_argv), ("torchrun", torchrun_argv)):
+                start = time.perf_counter()
+                subprocess.run(argv, cwd=str(run_dir), env=plain_env, check=name == "torchrun",
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                walls[name].append(time.perf_counter() - start)
+        print("(h) wall time on checkpoint_rotation (2 processes, CPU), median of 3")
+        print(f"    ddp-migrate verify train.py (2 epochs x 3 batches)  {statistics.median(walls['verify']):6.2f} s")
+        print(f"    torchrun train.py, its whole run (3 epochs x 3)     {statistics.median(walls['torchrun']):6.2f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lines", type=int, default=1000, help="size of the generated script (default mode)")
@@ -777,9 +887,14 @@ def main() -> None:
     repos.add_argument("--only", default="", help="comma-separated names of REPOSITORIES (default: all)")
     repos.add_argument("--tool", default="", help="the command to measure instead of ddp-migrate (e.g. an older checkout)")
     repos.add_argument("--huge-lines", type=int, default=300_000, help="lines of the generated huge module (default 300,000)")
+    verify = parser.add_argument_group("--verify mode")
+    verify.add_argument("--verify", action="store_true", help="measure ddp-migrate verify: (g) and (h)")
+    verify.add_argument("--steps", type=int, default=400, help="training steps per run in (g) (default 400)")
     args = parser.parse_args()
     if args.repos:
         bench_repos(args)
+    elif args.verify:
+        bench_verify(args)
     elif args.corpus is None:
         bench_script(args)
     else:

@@ -6,15 +6,21 @@
 
 For each training fixture with an expected.py: ddp-migrate migrates input.py (and must produce
 expected.py), the result runs under `torchrun --standalone --nproc_per_node=<GPUs>` and again with
-`--nproc_per_node=1`, with the probe of tests/runtime_probe armed. Each run must exit 0, and the
+`--nproc_per_node=1`, with the runtime probe armed (tests/runtime_probe/harness.py). Each run must exit 0, and the
 probe's records must show: one process per GPU, the "cpu:gloo,cuda:nccl" backend, each rank's DDP
 module on its own GPU (`device_ids == [local_rank]`), identical parameters on every rank after
-training, disjoint DistributedSampler shards, checkpoints written by rank 0 only. Exit status 0:
-all passed; 1: a fixture failed; 2: no GPU (without --allow-cpu).
+training, disjoint DistributedSampler shards, checkpoints written by rank 0 only. Where CUDA is
+present, `ddp-migrate verify --device cuda --nproc <GPUs>` must also pass on one migrated fixture
+(checkpoint_rotation, or the first of --only). Exit status 0: all passed; 1: a fixture failed;
+2: no GPU (without --allow-cpu).
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -60,6 +66,8 @@ def main(argv: List[str]) -> int:
     runs = [(case, nproc) for case in cases for nproc in sorted({max(gpus, 2 if gpus == 0 else 1), 1}, reverse=True)]
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:  # each run is a subprocess tree
         failures = sum(not ok for ok in pool.map(lambda run: _smoke(run[0], run[1], gpus), runs))
+    if gpus and cases:
+        failures += not _verify_on_gpus(next((c for c in cases if c.name == VERIFY_FIXTURE), cases[0]), gpus)
     print(f"gpu_smoke: {'all passed' if not failures else f'{failures} run(s) failed'}")
     return 1 if failures else 0
 
@@ -88,6 +96,33 @@ def _smoke(case: "fixture_cases.FixtureCase", nproc: int, gpus: int) -> bool:
         except AssertionError as exc:
             print(f"FAIL {label} ({time.monotonic() - started:.0f}s): {str(exc).splitlines()[0]}")
             return False
+    print(f"ok   {label} ({time.monotonic() - started:.0f}s)")
+    return True
+
+
+VERIFY_FIXTURE = "checkpoint_rotation"
+
+
+def _verify_on_gpus(case: "fixture_cases.FixtureCase", gpus: int) -> bool:
+    """`ddp-migrate verify --device cuda` on the fixture's migration: every check must pass on the GPUs."""
+    label = f"verify --device cuda {case.name} x{gpus}"
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"gpu-smoke-verify-{case.name}-") as tmp:
+        if case.support_dir is not None:
+            shutil.copytree(case.support_dir, tmp, dirs_exist_ok=True)
+        (Path(tmp) / "train.py").write_text(migrate(case.input_path.read_text(encoding="utf-8"),
+                                                    context=case.context).code, encoding="utf-8")
+        command = [sys.executable, "-m", "migrator", "verify", "train.py", "--device", "cuda", "--nproc", str(gpus),
+                   "--timeout", str(RUN_TIMEOUT_S), "--output-format", "json", "--", *case.args]
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # this checkout's migrator
+        done = subprocess.run(command, cwd=tmp, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=path))
+    try:
+        failed = json.loads(done.stdout).get("failed") or ([] if done.returncode == 0 else [f"exit {done.returncode}"])
+    except ValueError:
+        failed = [f"exit {done.returncode}: {(done.stderr.strip().splitlines() or ['no output'])[-1]}"]
+    if done.returncode != 0 or failed:
+        print(f"FAIL {label} ({time.monotonic() - started:.0f}s): {', '.join(failed)}")
+        return False
     print(f"ok   {label} ({time.monotonic() - started:.0f}s)")
     return True
 

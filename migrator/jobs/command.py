@@ -252,3 +252,8 @@ def _next_step(kind: str, output: Path) -> str:
 def _warn(message: str) -> None:
     click.echo(f"warning: {message}", err=True)
 
+
+
+def main(argv: Sequence[str]) -> None:
+    """`ddp-migrate launch ARGS` (migrator.cli.SUBCOMMANDS)."""
+    launch.main(args=list(argv), prog_name="ddp-migrate launch")

@@ -1,5 +1,6 @@
 """Runtime harness: run scripts under torchrun with an out-of-process probe (see harness.py).
 
-sitecustomize.py in this folder is the probe itself; it is loaded by the interpreters the
-harness starts (via PYTHONPATH), never imported by the tests.
+The probe itself is migrator/verify/probe/sitecustomize.py, ddp-migrate verify's, shipped in the
+package; the harness puts its folder on the PYTHONPATH of the interpreters it starts. The tests
+never import it.
 """

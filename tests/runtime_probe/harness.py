@@ -8,7 +8,9 @@ The script is copied into `workdir` and run there, so the checkpoints it writes 
 `workdir`. `support=<folder>` also copies every file under that folder into `workdir`, next to
 the script (sibling modules the script imports, e.g. a fixture's support/function.py), as is.
 The probe's records are read into the report; the probe folder is temporary.
-The record format is documented in sitecustomize.RECORD_FORMAT.
+The probe is ddp-migrate verify's (migrator/verify/probe/sitecustomize.py), run with none of
+verify's settings: no batch limit, no stop. Its record format is documented in
+sitecustomize.RECORD_FORMAT.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-PROBE_DIR = Path(__file__).resolve().parent  # holds sitecustomize.py
+from migrator.verify.probe import PROBE_DIR  # holds sitecustomize.py: the one probe, ddp-migrate verify's
 
 # Variables of an enclosing torchrun/launcher that must not leak into the run under test.
 _LAUNCHER_VARS = (
@@ -32,6 +34,8 @@ _LAUNCHER_VARS = (
     "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
     "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE",
     "TORCHELASTIC_ERROR_FILE", "_DDP_PROBE_OWNER_PID", "DDP_PROBE_DIR", "DDP_PROBE_SINGLE",
+    # ddp-migrate verify's settings of the probe: never on in these tests
+    "DDP_PROBE_MAX_BATCHES", "DDP_PROBE_EPOCHS", "DDP_PROBE_WATCH", "_DDP_PROBE_DL_PARENT",
 )
 
 

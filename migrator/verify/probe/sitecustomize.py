@@ -1,13 +1,16 @@
 """Runtime probe for migrated training scripts, loaded by Python's `site` module.
 
-The harness (tests/runtime_probe/harness.py) puts this folder first on PYTHONPATH of a
-torchrun run and sets DDP_PROBE_DIR. Python then imports this file at start-up in every
+ddp-migrate verify (migrator/verify/runner.py) and the project's runtime tests
+(tests/runtime_probe/harness.py) put this folder first on PYTHONPATH of a torchrun run and set
+DDP_PROBE_DIR. Python then imports this file at start-up in every
 process of the run, but it only arms itself in the training processes:
 
   * torchrun workers: RANK and LOCAL_RANK are set (the torchrun parent has neither);
   * a plain single-process run, when the harness also sets DDP_PROBE_SINGLE=1;
   * never in a process started by an armed one (spawned DataLoader workers and the like):
-    the armed process leaves its pid in _DDP_PROBE_OWNER_PID for its children to see.
+    the armed process leaves its pid in _DDP_PROBE_OWNER_PID for its children to see. (With
+    DDP_PROBE_WATCH=1 a spawned DataLoader worker gets the watch's small part, WorkerWatch:
+    its stack on SIGUSR1 and its init_process_group calls, no record.)
 
 Armed, it registers its atexit handler before the script runs (so the handler runs LAST,
 after the script's own atexit handlers and `finally` blocks), and waits for `import torch`
@@ -17,6 +20,25 @@ below; N is the RANK env var, 0 in single mode).
 
 Everything the probe does is guarded: a probe bug is written to "probe_errors" in the
 record and never changes what the script does.
+
+With none of the settings below the probe only records (what the runtime tests need). ddp-migrate
+verify sets them to keep a run short, without editing the script:
+
+  DDP_PROBE_MAX_BATCHES=K  every pass over a DataLoader ends after K batches: the index sampler
+                           raises StopIteration, so the loop ends as it does at the end of the data
+                           (len(loader) is unchanged).
+  DDP_PROBE_EPOCHS=E       the run ends after E epochs of the script's own loop. An epoch is a pass
+                           over the training loader: the DataLoader whose batches are followed by
+                           optimizer steps (one with a DistributedSampler first; loaders over the
+                           same dataset count as one). When pass E+1 would start, iter(loader)
+                           raises VerifyStop, a SystemExit with status 0: `except Exception` does
+                           not catch it, `finally` blocks (destroy_process_group) run, the record is
+                           written at exit and the process exits 0. Every rank takes the same steps,
+                           so every rank stops at the same pass. A script whose own loop ends
+                           earlier simply ends; code after its loop does not run when it stops.
+  DDP_PROBE_WATCH=1        also what only verify needs (_ddp_probe_watch.py beside this file): files
+                           opened for writing, output classified by who wrote it, stacks on SIGUSR1,
+                           DataLoader worker processes that join the process group.
 """
 from __future__ import annotations
 
@@ -71,6 +93,11 @@ RECORD_FORMAT = """
   "set_epoch_calls": [{"sampler_index": 0, "epoch": 0}],
   "exception": null | {"type": str, "message": str},   # uncaught exception in the main thread
   "probe_errors": [str],
+  # Only with DDP_PROBE_MAX_BATCHES / DDP_PROBE_EPOCHS (ddp-migrate verify):
+  "limits": {"max_batches": int | null, "epochs": int | null},
+  "stop": null | {"epochs": int, "loader_index": int, "pass": int, "where": "train.py:41"},
+  # loader records get "num_batches" (len(loader)) and each pass "cut": true when K ended it
+  # Only with DDP_PROBE_WATCH=1: see _ddp_probe_watch.WATCH_FORMAT
   "probe_seconds": {"install": float, "exit": float}   # the probe's own cost
 }
 """
@@ -78,6 +105,10 @@ RECORD_FORMAT = """
 _ENV_DIR = "DDP_PROBE_DIR"
 _ENV_SINGLE = "DDP_PROBE_SINGLE"
 _ENV_OWNER = "_DDP_PROBE_OWNER_PID"
+_ENV_MAX_BATCHES = "DDP_PROBE_MAX_BATCHES"
+_ENV_EPOCHS = "DDP_PROBE_EPOCHS"
+_ENV_WATCH = "DDP_PROBE_WATCH"
+_ENV_DL_PARENT = "_DDP_PROBE_DL_PARENT"  # set while an armed process starts DataLoader workers
 _ENV_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
              "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "OMP_NUM_THREADS")
 
@@ -90,6 +121,33 @@ def _should_arm() -> bool:
     if "RANK" in os.environ and "LOCAL_RANK" in os.environ:
         return True
     return os.environ.get(_ENV_SINGLE) == "1"
+
+
+def _is_watched_worker() -> bool:
+    """A DataLoader worker that an armed, watching process started with spawn or forkserver
+    (a forked worker never runs site: it is a copy of its parent)."""
+    return bool(os.environ.get(_ENV_DIR) and os.environ.get(_ENV_OWNER)
+                and os.environ.get(_ENV_WATCH) == "1" and os.environ.get(_ENV_DL_PARENT) is not None)
+
+
+def _positive_env(name: str):
+    """A positive int from the environment, else None (unset, empty, not a number, < 1)."""
+    try:
+        value = int(os.environ.get(name, ""))
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+class VerifyStop(SystemExit):
+    """Ends the run when pass E+1 over the training loader would start (DDP_PROBE_EPOCHS).
+
+    A SystemExit with status 0, on purpose: user code's `except Exception` does not catch it,
+    `finally` blocks and atexit handlers run, the interpreter prints nothing and exits 0."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(0)
+        self.message = message
 
 
 class _Probe:
@@ -131,6 +189,15 @@ class _Probe:
         self.optimizer_records = weakref.WeakKeyDictionary()
         self.patched = False
         self.written = False
+        # verify's settings (None: off)
+        self.max_batches = _positive_env(_ENV_MAX_BATCHES)
+        self.epochs = _positive_env(_ENV_EPOCHS)
+        self.passes = {}  # id(dataset) -> passes started over loaders of that dataset
+        self.loader_keys = {}  # loader record index -> id(its dataset)
+        if self.max_batches or self.epochs:
+            self.record["limits"] = {"max_batches": self.max_batches, "epochs": self.epochs}
+            self.record["stop"] = None
+        self.watch = None  # _ddp_probe_watch.Watch with DDP_PROBE_WATCH=1
 
     # -- bookkeeping -------------------------------------------------------------
     def error(self, where: str) -> None:
@@ -224,6 +291,8 @@ class _Probe:
         self.guard("patch save", self._patch_save, torch)
         self.guard("patch dataloader", self._patch_dataloader, torch)
         self.guard("patch sampler", self._patch_sampler, torch)
+        if self.watch is not None:
+            self.guard("watch torch", self.watch.install, torch)
         self.record["probe_seconds"]["install"] = round(time.perf_counter() - started, 4)
 
     def _patch_distributed(self, torch) -> None:
@@ -405,18 +474,25 @@ class _Probe:
         orig_init, orig_reset, orig_next_index = Base.__init__, Base._reset, Base._next_index
 
         def __init__(self, loader, *args, **kwargs):
+            if probe.epochs:  # before the base init: no worker is started for a pass that never runs
+                probe.stop_if_done(loader)
             orig_init(self, loader, *args, **kwargs)
             probe.guard("record loader iteration", probe._start_iteration, loader, self)
 
         def _reset(self, *args, **kwargs):
-            orig_reset(self, *args, **kwargs)
             loader = args[0] if args else kwargs.get("loader")
             first_iter = args[1] if len(args) > 1 else kwargs.get("first_iter", False)
+            if probe.epochs and loader is not None and not first_iter:  # persistent workers' next pass
+                probe.stop_if_done(loader)
+            orig_reset(self, *args, **kwargs)
             if loader is not None and not first_iter:
                 probe.guard("record loader iteration", probe._start_iteration, loader, self)
 
         def _next_index(self):
             current = self.__dict__.get("_ddp_probe_iteration")
+            if probe.max_batches and current is not None and current["batches"] >= probe.max_batches:
+                current["cut"] = True
+                raise StopIteration  # the pass ends here, as at the end of the data
             # The batch sampler iterates a DistributedSampler lazily, inside the first
             # _next_index of a pass: _record_shard files its yield under `probe.drawing`.
             previous, probe.drawing = probe.drawing, current
@@ -460,8 +536,11 @@ class _Probe:
                 "sampler_index": self._sampler_index(sampler),
                 "iterations": [],
             }
+            if self.max_batches or self.epochs:
+                rec["num_batches"] = _len_or_none(loader)
             self.record["loaders"].append(rec)
             self.loader_records[loader] = rec
+            self.loader_keys[rec["index"]] = id(dataset)
         return rec
 
     def _start_iteration(self, loader, it) -> None:
@@ -474,8 +553,37 @@ class _Probe:
                      "optimizer_steps": 0}
         rec["iterations"].append(iteration)
         it.__dict__["_ddp_probe_iteration"] = iteration
+        key = self.loader_keys.get(rec["index"])
+        self.passes[key] = self.passes.get(key, 0) + 1
         if rec["sampler_index"] is not None:
             self.iteration_samplers[id(iteration)] = rec["sampler_index"]
+
+    # -- verify's stop after E epochs -------------------------------------------------
+    def stop_if_done(self, loader) -> None:
+        """Raise VerifyStop when `loader` would start pass E+1 over the training data."""
+        stop = self.guard("verify stop", self._stop_for, loader)
+        if stop is not None:
+            raise stop
+
+    def _stop_for(self, loader):
+        rec = self._loader_record(loader)
+        key = self.loader_keys.get(rec["index"])
+        done = self.passes.get(key, 0)
+        if done < self.epochs or key != self._training_key():
+            return None
+        self.record["stop"] = {"epochs": self.epochs, "loader_index": rec["index"], "pass": done + 1,
+                               "where": _user_frame(sys._getframe(1))}
+        return VerifyStop(f"ddp-migrate verify: stopped before pass {done + 1} over the training loader")
+
+    def _training_key(self):
+        """The dataset of the training loader: the first loader whose batches were followed by
+        optimizer steps, one with a DistributedSampler first. None until a step was taken."""
+        fed = [rec for rec in self.record["loaders"]
+               if any(it.get("optimizer_steps") for it in rec["iterations"])]
+        if not fed:
+            return None
+        sharded = [rec for rec in fed if rec["sampler_index"] is not None]
+        return self.loader_keys.get((sharded or fed)[0]["index"])
 
     def _patch_sampler(self, torch) -> None:
         from torch.utils.data.distributed import DistributedSampler
@@ -567,6 +675,26 @@ def _jsonable(value):
         except Exception:
             pass
     return str(value)
+
+
+def _len_or_none(obj):
+    """len(obj), or None where it has none (a loader over an IterableDataset): not a probe error."""
+    try:
+        return len(obj)
+    except Exception:
+        return None
+
+
+def _user_frame(frame) -> str:
+    """file:line of the innermost frame outside torch and this probe (where the script is)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "") or ""
+        filename = frame.f_code.co_filename
+        if name.partition(".")[0] not in ("torch", "tqdm") and not filename.startswith(here):
+            return f"{os.path.basename(filename)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "?"
 
 
 def _effective_sampler(loader):
@@ -665,6 +793,9 @@ def _record_uncaught(probe: _Probe, previous):
     def hook(exc_type, exc, tb):
         try:
             probe.record["exception"] = {"type": exc_type.__name__, "message": str(exc)[:2000]}
+            if probe.watch is not None:  # verify shows the traceback's tail of a failed rank
+                text = "".join(traceback.format_exception(exc_type, exc, tb))
+                probe.record["exception"]["traceback"] = text[-6000:]
         except Exception:
             pass
         previous(exc_type, exc, tb)
@@ -689,6 +820,22 @@ def _chain_other_sitecustomize() -> None:
         pass
 
 
+def _start_watch(probe):
+    """DDP_PROBE_WATCH=1: verify's watch (output, file writes, stacks), armed before the script runs."""
+    import _ddp_probe_watch
+
+    probe.watch = _ddp_probe_watch.Watch(probe, _ENV_DL_PARENT)
+    probe.watch.start()
+
+
+def _start_worker_watch():
+    """In a DataLoader worker of a watching process: its stack on SIGUSR1, and its
+    init_process_group calls written down at once (such a call blocks)."""
+    import _ddp_probe_watch
+
+    return _ddp_probe_watch.start_worker(os.environ[_ENV_DIR], os.environ[_ENV_DL_PARENT])
+
+
 _PROBE = None
 _HOOK = None
 
@@ -696,11 +843,21 @@ if _should_arm():
     _PROBE = _Probe()
     os.environ[_ENV_OWNER] = str(os.getpid())
     atexit.register(_PROBE.at_exit)  # first registered, so it runs last
+    if os.environ.get(_ENV_WATCH) == "1":
+        _PROBE.guard("watch", _start_watch, _PROBE)
     sys.excepthook = _record_uncaught(_PROBE, sys.excepthook)
     if "torch" in sys.modules:  # pragma: no cover - torch imported before site ran
         _PROBE.guard("install", _PROBE.install, sys.modules["torch"])
     else:
         _HOOK = _TorchImportHook(_PROBE)
         sys.meta_path.insert(0, _HOOK)
+elif _is_watched_worker():
+    try:
+        _PROBE = _start_worker_watch()
+        if _PROBE is not None and "torch" not in sys.modules:
+            _HOOK = _TorchImportHook(_PROBE)
+            sys.meta_path.insert(0, _HOOK)
+    except Exception:  # a probe bug must not stop the worker
+        pass
 
 _chain_other_sitecustomize()
