@@ -775,13 +775,15 @@ migrate_launcher("# Notes\\n\\nRun `python train.py`.\\n", "markdown")
 print(sorted(name for name in ("yaml", "markdown_it") if name in sys.modules))
 migrate_launcher("run: python -m torch.distributed.launch a.py\\n", "yaml")
 print(sorted(name for name in ("yaml", "markdown_it") if name in sys.modules))
+migrate_launcher("```\\npython -m torch.distributed.launch a.py\\n```\\n", "markdown")
+print(sorted(name for name in ("yaml", "markdown_it") if name in sys.modules))
 """
 
 
-def test_yaml_library_loads_only_for_a_file_with_a_launcher():
+def test_yaml_and_markdown_libraries_load_only_for_a_file_with_a_launcher():
     run = subprocess.run([sys.executable, "-c", LAZY_IMPORTS], capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.splitlines() == ["[]", "['yaml']"]
+    assert run.stdout.splitlines() == ["[]", "['yaml']", "['markdown_it', 'yaml']"]
 
 
 # --------------------------------------------------------------------------- declined: DDP204, nothing rewritten

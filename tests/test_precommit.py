@@ -3,8 +3,8 @@
 Each test makes a throwaway git project whose .pre-commit-config.yaml points at a copy of this
 checkout (its working tree, committed in a temporary repository, so hooks not committed here yet
 are tested too), installs the git hook and commits. pre-commit builds the hooks' virtualenv by
-pip-installing this package from PyPI dependencies (libcst, click, rich, pathspec, PyYAML:
-never torch) once per module: PRE_COMMIT_HOME is shared by the module's tests.
+pip-installing this package from PyPI dependencies (libcst, click, rich, pathspec, PyYAML,
+markdown-it-py: never torch) once per module: PRE_COMMIT_HOME is shared by the module's tests.
 That first build needs network access to the package index and takes most of this module's time.
 
 Global git configuration is neither read nor changed: git runs with GIT_CONFIG_GLOBAL=/dev/null
@@ -403,7 +403,7 @@ def test_hook_environment_has_no_torch(make_project, pre_commit_home):
     assert envs, f"no python hook environment in {pre_commit_home}"
     probe = (
         "import importlib.util as u, sys; "
-        "missing = [m for m in ('migrator', 'libcst', 'click', 'rich', 'pathspec', 'yaml')"
+        "missing = [m for m in ('migrator', 'libcst', 'click', 'rich', 'pathspec', 'yaml', 'markdown_it')"
         " if u.find_spec(m) is None]; "
         "sys.exit(f'missing {missing}' if missing else 'torch is installed' if u.find_spec('torch') else 0)"
     )

@@ -8,7 +8,7 @@ It is pure: `migrate_launcher(text, kind)` takes a string and returns a `Result`
 
 How it works: each kind is cut into code regions (the whole of a shell script; recipe lines of a
 Makefile; RUN/CMD/ENTRYPOINT of a Dockerfile; the scalars and lists of YAML, as PyYAML reads them;
-fenced blocks of Markdown ...). A small shell lexer
+Markdown's code blocks, as markdown-it finds them ...). A small shell lexer
 turns a region into simple commands of words that know their spans, quoting and expansions. A
 command with `-m torch.distributed.launch` (or `.run`) is planned once (`_plan`): what the
 interpreter becomes, which words go. The plan is applied either to text (shell words) or to
@@ -19,7 +19,8 @@ The package, by concern: `rules` (DDP201-DDP204), `kinds` (which kind a file is)
 words), `command` (planning one command), `sequences` (where words live, and edits to them),
 `scanner` (edits and findings for one text), `formats` (shell, Make, Docker, YAML), `yaml_tree`
 (YAML's nodes from PyYAML) and `yaml_quoted` (where a quoted scalar's characters are), `docs`
-(Markdown, reST), `virtual` (text read apart from where it is written: a quoted scalar's value),
+(Markdown, reST) and `markdown_blocks` (Markdown's code blocks from markdown-it), `virtual` (text
+read apart from where it is written: a quoted scalar's value, a code block in a blockquote),
 `notebook` (.ipynb JSON) and `api` (the entry points re-exported here).
 """
 from __future__ import annotations
