@@ -578,6 +578,214 @@ def test_invalid_notebook_is_reported_not_rewritten():
     assert codes(result) == ["DDP204"]
 
 
+# --------------------------------------------------------------------------- YAML as PyYAML reads it
+
+YAML_FORMS = [
+    # (id, before, after, codes): what PyYAML's nodes and marks give that reading YAML line by line did not
+    (
+        "plain-scalar-over-lines",
+        f"run: {L} --nproc_per_node=2\n  --use_env\n  train.py --local_rank=0\nnext: 1\n",
+        "run: torchrun --nproc_per_node=2\n  train.py\nnext: 1\n",
+        ["DDP201", "DDP202", "DDP203"],
+    ),
+    (
+        "double-quoted-with-escaped-quotes",
+        f'command: "bash -c \\"{L} --use_env train.py\\""\n',
+        'command: "bash -c \\"torchrun train.py\\""\n',
+        ["DDP201", "DDP202"],
+    ),
+    (
+        "double-quoted-over-lines",  # the value is one line: the command's words may join on one
+        f'command: "{L}\n  --use_env train.py"\n',
+        'command: "torchrun train.py"\n',
+        ["DDP201", "DDP202"],
+    ),
+    (
+        "single-quoted-with-doubled-quotes",
+        f"command: '{L} --use_env ''my train.py'' --local_rank=0'\n",
+        "command: 'torchrun ''my train.py'''\n",
+        ["DDP201", "DDP202", "DDP203"],
+    ),
+    (
+        "flow-sequence-in-a-flow-mapping",
+        "args: {command: [python, -m, torch.distributed.launch, --use_env, a.py], x: 1}\n",
+        "args: {command: [torchrun, a.py], x: 1}\n",
+        ["DDP201", "DDP202"],
+    ),
+    (
+        "block-sequence-with-comments-between-items",
+        "command:\n  - python\n  # the launcher\n  - -m\n  - torch.distributed.launch\n  - --use_env  # rejected\n  - train.py\n",
+        "command:\n  - torchrun\n  # the launcher\n  - train.py\n",
+        ["DDP201", "DDP202"],
+    ),
+    (
+        "anchored-list-and-its-aliases",  # one node, rewritten once, where it is written
+        "x-launch: &launch\n  - python\n  - -m\n  - torch.distributed.launch\n  - --use_env\n  - train.py\n"
+        "services:\n  a: {command: *launch}\n  b: {command: *launch}\n",
+        "x-launch: &launch\n  - torchrun\n  - train.py\nservices:\n  a: {command: *launch}\n  b: {command: *launch}\n",
+        ["DDP201", "DDP202"],
+    ),
+    (
+        "anchored-scalar",
+        f"x-run: &run {L} --use_env train.py\njob:\n  script: *run\n",
+        "x-run: &run torchrun train.py\njob:\n  script: *run\n",
+        ["DDP201", "DDP202"],
+    ),
+    (
+        "block-scalar-with-indentation-indicator",
+        f"run: |2-\n    {L} \\\n      --use_env \\\n      train.py\n  echo done\n",
+        "run: |2-\n    torchrun \\\n      train.py\n  echo done\n",
+        ["DDP201", "DDP202"],
+    ),
+    (
+        "github-actions-matrix-run",
+        "jobs:\n  train:\n    strategy:\n      matrix:\n        gpus: [1, 2]\n    steps:\n      - run: |\n"
+        f"          {L} --nproc_per_node=${{{{ matrix.gpus }}}} --use_env train.py\n          echo done\n",
+        "jobs:\n  train:\n    strategy:\n      matrix:\n        gpus: [1, 2]\n    steps:\n      - run: |\n"
+        "          torchrun --nproc_per_node=${{ matrix.gpus }} train.py\n          echo done\n",
+        ["DDP201", "DDP202"],
+    ),
+    (
+        "multi-document-stream",
+        f'kind: Pod\nargs: ["sh", "-c", "{L} --use_env a.py"]\n---\nkind: Job\nrun: "bash -c \\"{L} b.py\\""\n',
+        'kind: Pod\nargs: ["sh", "-c", "torchrun a.py"]\n---\nkind: Job\nrun: "bash -c \\"torchrun b.py\\""\n',
+        ["DDP201", "DDP202", "DDP201"],
+    ),
+    (
+        "byte-order-mark",  # libyaml's offsets start after it
+        f'\ufeffrun: "{L} --use_env train.py"\n',
+        '\ufeffrun: "torchrun train.py"\n',
+        ["DDP201", "DDP202"],
+    ),
+]
+
+
+@pytest.fixture(params=["libyaml", "pure-python"])
+def yaml_loader(request, monkeypatch):
+    """Both of PyYAML's readers: libyaml's (when PyYAML has it) and PyYAML's own."""
+    yaml = pytest.importorskip("yaml")
+    if request.param == "libyaml" and not hasattr(yaml, "CSafeLoader"):
+        pytest.skip("this PyYAML has no libyaml")
+    if request.param == "pure-python":
+        monkeypatch.delattr(yaml, "CSafeLoader", raising=False)
+    return request.param
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["lf", "crlf"])
+@pytest.mark.parametrize("before, after, expected_codes", [pytest.param(*case[1:], id=case[0]) for case in YAML_FORMS])
+def test_yaml_form(before, after, expected_codes, newline, yaml_loader):
+    result = migrated(before.replace("\n", newline), "yaml")
+    assert result.code == after.replace("\n", newline)
+    assert codes(result) == expected_codes
+    assert not result.diagnostics
+
+
+@pytest.mark.parametrize(
+    "text, where, reason",
+    [
+        pytest.param(  # dropping `--use_env` would take its anchor away from the alias that uses it
+            "command:\n  - python\n  - -m\n  - torch.distributed.launch\n  - &env --use_env\n  - train.py\nother: *env\n",
+            (2, 5),
+            "the rewritten YAML would not read back as the same document",
+            id="an-anchor-an-alias-uses",
+        ),
+        pytest.param(  # the alias's node is its anchor's, written elsewhere
+            "x-env:\n  - &env --use_env\ncommand:\n  - python\n  - -m\n  - torch.distributed.launch\n  - *env\n  - train.py\n",
+            (4, 3),
+            "an item of this list is an alias",
+            id="an-alias-in-the-command",
+        ),
+    ],
+)
+def test_yaml_rewrite_that_would_change_the_document_is_declined(text, where, reason, yaml_loader):
+    result = migrated(text, "yaml")
+    assert result.code == text and not result.changes
+    assert positions(result, "DDP204") == [where]
+    assert reason in result.diagnostics[0].message
+
+
+YAML_FALLBACKS = [
+    # (id, before, after): PyYAML cannot read these; the hand-written cutter still rewrites them
+    (
+        "invalid-yaml",
+        f"steps:\n  - run: {L} --use_env a.py\n  bad: [unclosed\n",
+        "steps:\n  - run: torchrun a.py\n  bad: [unclosed\n",
+    ),
+    (
+        "helm-template",
+        "{{- if .Values.train }}\napiVersion: batch/v1\nkind: Job\nspec:\n  containers:\n    - name: {{ .Chart.Name }}\n"
+        '      command: ["python", "-m", "torch.distributed.launch", "--use_env", "train.py"]\n{{- end }}\n',
+        "{{- if .Values.train }}\napiVersion: batch/v1\nkind: Job\nspec:\n  containers:\n    - name: {{ .Chart.Name }}\n"
+        '      command: ["torchrun", "train.py"]\n{{- end }}\n',
+    ),
+    (
+        "tab-indentation",
+        f"steps:\n\t- run: {L} --use_env a.py\n",
+        "steps:\n\t- run: torchrun a.py\n",
+    ),
+]
+
+
+@pytest.mark.parametrize("before, after", [pytest.param(*case[1:], id=case[0]) for case in YAML_FALLBACKS])
+def test_yaml_pyyaml_cannot_read_falls_back_to_the_lines(before, after):
+    yaml = pytest.importorskip("yaml")
+    with pytest.raises(yaml.YAMLError):
+        list(yaml.compose_all(before, Loader=yaml.SafeLoader))
+    result = migrated(before, "yaml")
+    assert result.code == after
+    assert codes(result) == ["DDP201", "DDP202"]
+
+
+def test_yaml_quoted_scalars_decode_as_pyyaml_reads_them():
+    """The offsets of a quoted scalar's characters (escapes, '' and folded lines) give PyYAML's value."""
+    yaml = pytest.importorskip("yaml")
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import strategies as st
+
+    from migrator.launcher.yaml_quoted import _quoted_virtual
+
+    double = ["a", " ", "\t", '\\"', "\\\\", "\\n", "\\x41", "\\u00e9", "\\U0001F600", "'", "\n", "\r\n", "\n\n", "  \n  ", "\\\n  "]
+    single = ["a", " ", "\t", "''", "\\", '"', "\n", "\r\n", "\n\n", "  \n   "]
+
+    @hypothesis.settings(max_examples=300, deadline=None)
+    @hypothesis.given(st.sampled_from(['"', "'"]).flatmap(
+        lambda q: st.tuples(st.just(q), st.lists(st.sampled_from(double if q == '"' else single), max_size=8))
+    ))
+    def check(case):
+        quote, parts = case
+        text = f"key: {quote}{''.join(parts)}{quote}\n"
+        try:
+            node = yaml.compose(text, Loader=yaml.SafeLoader).value[0][1]
+        except yaml.YAMLError:
+            return
+        start, end = node.start_mark.index, node.end_mark.index
+        virtual = _quoted_virtual(text, start, end, node.value)
+        assert virtual is not None and virtual.text == node.value
+        assert list(virtual.raw_at) == sorted(virtual.raw_at) and start < virtual.raw_at[0] <= virtual.raw_at[-1] < end
+
+    check()
+
+
+LAZY_IMPORTS = """
+import sys
+from migrator.launcher import migrate_launcher
+migrate_launcher("python -m torch.distributed.launch --use_env a.py\\n", "shell")
+migrate_launcher("name: ci\\n", "yaml")
+migrate_launcher("# Notes\\n\\nRun `python train.py`.\\n", "markdown")
+print(sorted(name for name in ("yaml", "markdown_it") if name in sys.modules))
+migrate_launcher("run: python -m torch.distributed.launch a.py\\n", "yaml")
+print(sorted(name for name in ("yaml", "markdown_it") if name in sys.modules))
+migrate_launcher("```\\npython -m torch.distributed.launch a.py\\n```\\n", "markdown")
+print(sorted(name for name in ("yaml", "markdown_it") if name in sys.modules))
+"""
+
+
+def test_yaml_and_markdown_libraries_load_only_for_a_file_with_a_launcher():
+    run = subprocess.run([sys.executable, "-c", LAZY_IMPORTS], capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ["[]", "['yaml']", "['markdown_it', 'yaml']"]
+
+
 # --------------------------------------------------------------------------- declined: DDP204, nothing rewritten
 
 DECLINES = [

@@ -87,3 +87,95 @@ def test_launch_commands_in_python_comments():
     assert lines[-1] == COMMENTED.splitlines()[-1]  # prose
     assert [c.line for c in result.changes] == [1, 2] and not result.diagnostics
     assert migrate(result.code).code == result.code
+
+
+# Code blocks where markdown-it finds them: fences of any length or marker, in lists and blockquotes,
+# indented blocks; each one read as its language says, and everything else as prose.
+L = "python -m torch.distributed.launch"
+
+MARKDOWN_BLOCKS = [
+    # (id, before, after, codes)
+    (
+        "fence-in-a-blockquote-with-a-prompt-and-continuations",
+        f"> **Note**\n> ```console\n> $ {L} \\\n>     --use_env train.py\n> epoch 1\n> ```\n",
+        "> **Note**\n> ```console\n> $ torchrun \\\n>     train.py\n> epoch 1\n> ```\n",
+        ["DDP201", "DDP202"],
+    ),
+    (
+        "fence-in-a-nested-list",  # eight spaces in: no fence to a line-by-line reader
+        f"- Set up\n    - Launch:\n\n        ```bash\n        srun {L} --use_env train.py\n        ```\n",
+        "- Set up\n    - Launch:\n\n        ```bash\n        srun torchrun train.py\n        ```\n",
+        ["DDP201", "DDP202"],
+    ),
+    (
+        "fence-in-a-blockquote-in-a-list",
+        f"1. Train:\n\n   > ```sh\n   > cd src && {L} \\\n   >   --use_env train.py\n   > ```\n",
+        "1. Train:\n\n   > ```sh\n   > cd src && torchrun \\\n   >   train.py\n   > ```\n",
+        ["DDP201", "DDP202"],
+    ),
+    (
+        "indented-code-block",
+        f"Run:\n\n    nohup {L} --use_env train.py > log.txt &\n\nDone.\n",
+        "Run:\n\n    nohup torchrun train.py > log.txt &\n\nDone.\n",
+        ["DDP201", "DDP202"],
+    ),
+    (
+        "one-line-triple-backticks-are-inline-code",  # not a fence: a backtick fence's info has no backticks
+        f"Test with:\n```{L} --use_env test.py```\n\nThen `{L} --use_env eval.py` to evaluate.\n",
+        "Test with:\n```torchrun test.py```\n\nThen `torchrun eval.py` to evaluate.\n",
+        ["DDP201", "DDP202", "DDP201", "DDP202"],
+    ),
+    (
+        "longer-fence-keeps-a-shorter-one-inside",
+        f"````bash\n{L} --use_env a.py\n```\n{L} --use_env b.py\n````\n",
+        "````bash\ntorchrun a.py\n```\ntorchrun b.py\n````\n",
+        ["DDP201", "DDP202", "DDP201", "DDP202"],
+    ),
+    (
+        "tilde-fence-with-backticks-in-its-info",
+        f"~~~ bash `run`\n{L} --use_env a.py\n~~~\n",
+        "~~~ bash `run`\ntorchrun a.py\n~~~\n",
+        ["DDP201", "DDP202"],
+    ),
+    (
+        "unclosed-fence-runs-to-the-end",
+        f"```\n{L} --use_env a.py\n\nmore\n",
+        "```\ntorchrun a.py\n\nmore\n",
+        ["DDP201", "DDP202"],
+    ),
+    (
+        "unclosed-fence-at-the-end-of-a-text-without-a-last-newline",
+        f"Run:\n\n```bash\n{L} --use_env a.py",
+        "Run:\n\n```bash\ntorchrun a.py",
+        ["DDP201", "DDP202"],
+    ),
+    (
+        "old-mac-line-endings",  # markdown-it ends a line at a lone \r too
+        f"Run:\r\r```bash\r{L} --use_env a.py\r```\r",
+        "Run:\r\r```bash\rtorchrun a.py\r```\r",
+        ["DDP201", "DDP202"],
+    ),
+]
+
+
+@pytest.mark.parametrize("before, after, expected", [pytest.param(*case[1:], id=case[0]) for case in MARKDOWN_BLOCKS])
+def test_markdown_code_blocks_where_markdown_it_finds_them(before, after, expected):
+    result = migrate_launcher(before, "markdown")
+    assert result.code == after
+    assert [c.code for c in result.changes] == expected
+    assert not result.diagnostics
+
+
+def test_a_python_block_in_a_list_is_python():
+    text = f"- Or from Python:\n\n    ```python\n    os.system(\"{L} --use_env train.py\")\n    ```\n"
+    result = migrate_launcher(text, "markdown")
+    assert result.code == text and not result.changes
+    assert [(d.code, d.line, d.col) for d in result.diagnostics] == [("DDP204", 4, 26)]
+    assert "in this python block" in result.diagnostics[0].message
+
+
+def test_a_blockquote_line_markdown_it_reads_with_a_tab_expanded_is_read_as_prose():
+    text = f">\t```bash\n>\t\t{L} --use_env a.py\n>\t```\n"
+    result = migrate_launcher(text, "markdown")
+    assert result.code == ">\t```bash\n>\t\ttorchrun a.py\n>\t```\n"
+    assert [c.code for c in result.changes] == ["DDP201", "DDP202"]

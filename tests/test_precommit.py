@@ -3,9 +3,9 @@
 Each test makes a throwaway git project whose .pre-commit-config.yaml points at a copy of this
 checkout (its working tree, committed in a temporary repository, so hooks not committed here yet
 are tested too), installs the git hook and commits. pre-commit builds the hooks' virtualenv by
-pip-installing this package from PyPI dependencies (libcst, click, rich, pathspec: never torch)
-once per module: PRE_COMMIT_HOME is shared by the module's tests. That first build needs network
-access to the package index and takes most of this module's time.
+pip-installing this package from PyPI dependencies (libcst, click, rich, pathspec, PyYAML,
+markdown-it-py: never torch) once per module: PRE_COMMIT_HOME is shared by the module's tests.
+That first build needs network access to the package index and takes most of this module's time.
 
 Global git configuration is neither read nor changed: git runs with GIT_CONFIG_GLOBAL=/dev/null
 and every repository sets its own user.name and user.email.
@@ -408,7 +408,8 @@ def test_hook_environment_has_no_torch(make_project, pre_commit_home):
     assert envs, f"no python hook environment in {pre_commit_home}"
     probe = (
         "import importlib.util as u, sys; "
-        "missing = [m for m in ('migrator', 'libcst', 'click', 'rich', 'pathspec') if u.find_spec(m) is None]; "
+        "missing = [m for m in ('migrator', 'libcst', 'click', 'rich', 'pathspec', 'yaml', 'markdown_it')"
+        " if u.find_spec(m) is None]; "
         "sys.exit(f'missing {missing}' if missing else 'torch is installed' if u.find_spec('torch') else 0)"
     )
     for env_dir in envs:

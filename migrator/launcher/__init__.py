@@ -7,7 +7,8 @@ It is pure: `migrate_launcher(text, kind)` takes a string and returns a `Result`
 `api.migrate`. Regexes belong here, on shell text, and nowhere in Python rewriting.
 
 How it works: each kind is cut into code regions (the whole of a shell script; recipe lines of a
-Makefile; RUN/CMD/ENTRYPOINT of a Dockerfile; fenced blocks of Markdown ...). A small shell lexer
+Makefile; RUN/CMD/ENTRYPOINT of a Dockerfile; the scalars and lists of YAML, as PyYAML reads them;
+Markdown's code blocks, as markdown-it finds them ...). A small shell lexer
 turns a region into simple commands of words that know their spans, quoting and expansions. A
 command with `-m torch.distributed.launch` (or `.run`) is planned once (`_plan`): what the
 interpreter becomes, which words go. The plan is applied either to text (shell words) or to
@@ -16,8 +17,11 @@ safely is left whole and reported as DDP204; so is any other mention of the laun
 
 The package, by concern: `rules` (DDP201-DDP204), `kinds` (which kind a file is), `lexer` (shell
 words), `command` (planning one command), `sequences` (where words live, and edits to them),
-`scanner` (edits and findings for one text), `formats` (shell, Make, Docker, YAML), `docs`
-(Markdown, reST), `notebook` (.ipynb JSON) and `api` (the entry points re-exported here).
+`scanner` (edits and findings for one text), `formats` (shell, Make, Docker, YAML), `yaml_tree`
+(YAML's nodes from PyYAML) and `yaml_quoted` (where a quoted scalar's characters are), `docs`
+(Markdown, reST) and `markdown_blocks` (Markdown's code blocks from markdown-it), `virtual` (text
+read apart from where it is written: a quoted scalar's value, a code block in a blockquote),
+`notebook` (.ipynb JSON) and `api` (the entry points re-exported here).
 """
 from __future__ import annotations
 

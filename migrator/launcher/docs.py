@@ -1,4 +1,8 @@
-"""Cutting documentation into code regions: Markdown and reST code blocks, command lines and inline code."""
+"""Cutting documentation into code regions: Markdown and reST code blocks, command lines and inline code.
+
+Markdown's code blocks are found by markdown-it (markdown_blocks); reST's literal blocks and
+directives by their indentation, here (markdown-it knows no reST).
+"""
 from __future__ import annotations
 
 import difflib
@@ -7,7 +11,9 @@ from contextlib import contextmanager
 from typing import Sequence, Tuple
 
 from migrator.launcher.formats import _CODE_CUTTERS, _indent, _indented_block_end
+from migrator.launcher.markdown_blocks import _code_blocks, _CodeBlock, _markdown_lines, _quoted_code
 from migrator.launcher.scanner import _lines, _Scanner
+from migrator.launcher.virtual import _scan_virtual
 
 # ---- Markdown and reST
 
@@ -19,7 +25,6 @@ _SHELL_LANGUAGES = frozenset(
 _LANGUAGE_KINDS = {
     "yaml": "yaml", "yml": "yaml", "dockerfile": "docker", "docker": "docker", "make": "make", "makefile": "make"
 }  # fmt: skip
-_FENCE = re.compile(r"( {0,3})(`{3,}|~{3,})[ \t]*([^\s`{]*)")
 _COMMAND_LINE = re.compile(  # `[$ ][VAR=value ...] python|path/python|$PYTHON [-opts] -m torch.distributed.launch`
     r"[ \t]*(?:[$#>][ \t]+)?(?=(?:[A-Za-z_]\w*=\S*[ \t]+)*(?:\S*/)?(?:python[\d.]*|\$\S+)(?:[ \t]+-\S+)*"
     r"[ \t]+-m[ \t]+torch\.distributed\.(?:launch|run)\b)"
@@ -105,24 +110,46 @@ def _cut_markdown(scanner: _Scanner, start: int, end: int) -> None:
 
 
 def _cut_markdown_lines(scanner: _Scanner, start: int, end: int) -> None:
-    t = scanner.text
-    lines = list(_lines(t, start, end))
+    """Code blocks where markdown-it finds them; every other line is prose."""
+    lines = _markdown_lines(scanner.text, start, end)
+    at = 0
+    for block in _code_blocks(scanner.text[start:end]):
+        _cut_prose(scanner, lines[at : block.start])
+        if not _cut_code_block(scanner, lines, block):
+            _cut_prose(scanner, lines[block.start : block.end])
+        at = max(at, block.end)
+    _cut_prose(scanner, lines[at:])
+
+
+def _cut_prose(scanner: _Scanner, lines: Sequence[Tuple[int, int, int]]) -> None:
     n = 0
     while n < len(lines):
-        a, b, _ = lines[n]
-        fence = _FENCE.match(t, a, b)
-        if fence:
-            marker = fence.group(2)
-            close = re.compile(rf" {{0,3}}{re.escape(marker[0])}{{{len(marker)},}}[ \t]*$")
-            m = n + 1
-            while m < len(lines) and not close.match(t, lines[m][0], lines[m][1]):
-                m += 1
-            if m > n + 1:
-                body_end = lines[m - 1][1] if m < len(lines) else lines[-1][1]
-                _cut_block(scanner, lines[n + 1][0], body_end, fence.group(3), "in this code block")
-            n = m + 1
-            continue
-        n += _cut_prose_line(scanner, a, b, lines[n:])
+        n += _cut_prose_line(scanner, lines[n][0], lines[n][1], lines[n:])
+
+
+def _cut_code_block(scanner: _Scanner, lines: Sequence[Tuple[int, int, int]], block: _CodeBlock) -> bool:
+    """Cut a code block as its language says. In a blockquote, its code is read without the `>`
+    markers (a virtual text); False when that cannot be done (the block is then read as prose)."""
+    if not block.body:
+        return True
+    language = _fence_language(block.info)
+    if not block.quoted:
+        _cut_block(scanner, lines[block.body[0]][0], lines[block.body[-1]][1], language, "in this code block")
+        return True
+    code = _quoted_code(scanner.text, lines, block)
+    if code is None:
+        return False
+    _scan_virtual(scanner, code, lambda inner: _cut_block(inner, 0, len(code.text), language, "in this code block"))
+    return True
+
+
+_INFO_LANGUAGE = re.compile(r"[^\s`{]*")
+
+
+def _fence_language(info: str) -> str:
+    """The language a fence's info string names: its first word (`bash` of `bash title="run"`; "" for `{.bash}`)."""
+    match = _INFO_LANGUAGE.match(info.strip())
+    return match.group() if match else ""
 
 
 _RST_DIRECTIVE = re.compile(r"[ \t]*\.\.[ \t]+(?:code-block|code|sourcecode|prompt)::[ \t]*(\S*)")

@@ -1,7 +1,8 @@
 """Cutting code files into code regions: shell scripts, Makefiles, Dockerfiles and YAML.
 
 Each cutter feeds a `_Scanner` the shell text it finds (the whole of a shell script; recipe lines
-and variables of a Makefile; RUN/CMD/ENTRYPOINT of a Dockerfile; scalars and lists of YAML).
+and variables of a Makefile; RUN/CMD/ENTRYPOINT of a Dockerfile; scalars and lists of YAML, found
+by PyYAML in yaml_tree, or line by line here where PyYAML cannot read the file).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from migrator.launcher.command import _find_module
 from migrator.launcher.lexer import _Item, _Word
 from migrator.launcher.scanner import _lines, _logical_lines, _Scanner
 from migrator.launcher.sequences import _LineSeq, _ListSeq
+from migrator.launcher.yaml_tree import _cut_yaml_tree
 
 # --------------------------------------------------------------------------- kinds: cutting text into code regions
 
@@ -98,6 +100,15 @@ def _indented_block_end(t: str, lines: Sequence[Tuple[int, int, int]], m: int, p
 
 
 def _cut_yaml(scanner: _Scanner, start: int, end: int) -> None:
+    """YAML as PyYAML reads it (yaml_tree); where PyYAML cannot read it (invalid YAML, a Helm template
+    with `{{ }}` outside strings, tabs in indentation), line by line as written below."""
+    if not _cut_yaml_tree(scanner, start, end):
+        _cut_yaml_lines(scanner, start, end)
+
+
+def _cut_yaml_lines(scanner: _Scanner, start: int, end: int) -> None:
+    """The hand-written cutter, for YAML the library cannot read: block scalars by indentation, flow
+    lists, runs of `- item` lines, and every other line as shell."""
     t = scanner.text
     scanner.regions.append((start, end, "in this YAML"))
     lines = list(_lines(t, start, end))

@@ -14,7 +14,7 @@ from migrator.launcher.rules import (
     LAUNCH_TO_TORCHRUN,
     LAUNCHER_UNSAFE,
 )
-from migrator.launcher.sequences import _Edit, _Seq, _TextSeq
+from migrator.launcher.sequences import _apply_edits, _Edit, _Seq, _TextSeq
 from migrator.options import Options
 from migrator.rule import Rule
 from migrator.types import Change, Diagnostic, Result
@@ -139,10 +139,15 @@ class _Scanner:
 
     # ---- lists of words: Docker exec form, YAML sequences
 
-    def words(self, seq: "_Seq") -> None:
+    def words(self, seq: "_Seq", *, nested: bool = True) -> None:
+        """Rewrite the launch command a list of words is. `nested`: scan each other element's text as
+        shell too (`["sh", "-c", "python -m ..."]`); the YAML cutter scans its elements itself, each as
+        a scalar of its own style."""
         module = _find_module(seq.items)
         if module is not None:
             self._command(seq.items, module, seq)
+        if not nested:
+            return
         for index, item in enumerate(seq.items):
             if isinstance(item, _Word) and item.content is not None and index != module and not seq.escaped(item):
                 self.shell(*item.content)
@@ -167,16 +172,7 @@ class _Scanner:
                 self.findings.append(_Finding(LAUNCHER_UNSAFE.code, offset, message, False))
 
     def apply(self) -> str:
-        out: List[str] = []
-        at = 0
-        for edit in sorted(set(self.edits), key=lambda e: (e.start, e.end)):
-            if edit.start < at:  # overlapping edits: a bug; keep the first
-                continue
-            out.append(self.text[at : edit.start])
-            out.append(edit.new)
-            at = edit.end
-        out.append(self.text[at:])
-        return "".join(out)
+        return _apply_edits(self.text, self.edits)
 
 
 def _one_line(text: str) -> str:

@@ -17,6 +17,20 @@ class _Edit:
     new: str
 
 
+def _apply_edits(text: str, edits: Sequence[_Edit]) -> str:
+    """`text` with `edits` made, each once, in order of position."""
+    out: List[str] = []
+    at = 0
+    for edit in sorted(set(edits), key=lambda e: (e.start, e.end)):
+        if edit.start < at:  # overlapping edits: a bug; keep the first
+            continue
+        out.append(text[at : edit.start])
+        out.append(edit.new)
+        at = edit.end
+    out.append(text[at:])
+    return "".join(out)
+
+
 class _Seq:
     """A command's words and how to replace or remove them in the text."""
 
