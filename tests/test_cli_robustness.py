@@ -320,7 +320,7 @@ def test_summary_in_every_mode_with_the_real_engine(project, flags):
     plain = stream_lines(invoke(*flags, "train.py").stderr)
     if flags:  # print mode shows the code on stdout, and no status line
         verb = "migrated" if flags == ("--in-place",) else "would migrate"
-        assert f"{verb} train.py; run it: {expected[0]}" in plain
+        assert f"{verb} train.py; check it: ddp-migrate verify train.py; run it: {expected[0]}" in plain
     write(project / "train.py", _train())  # --in-place wrote it
     result = invoke(*flags, "-v", "train.py")
     block = summary_block(result.stderr)

@@ -254,7 +254,7 @@ def test_ddp_migrate_dispatches_launch(project):
 def test_main_help_mentions_launch_in_one_line():
     result = CliRunner().invoke(cli_module.cli, ["--help"], prog_name="ddp-migrate")
     assert [line.strip() for line in result.stdout.splitlines() if "launch" in line and "torch.distributed" not in line] == [
-        "`ddp-migrate launch --help`: job files for Slurm and Kubernetes."
+        "ddp-migrate launch SCRIPT   write a Slurm or Kubernetes job file for several machines"
     ]
 
 

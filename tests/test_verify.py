@@ -40,7 +40,7 @@ def _main(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_the_main_help_names_the_verify_subcommand(tmp_path):
     result = _main("--help", cwd=tmp_path)
     assert result.returncode == 0
-    assert "`ddp-migrate verify SCRIPT`: run a migrated script briefly under torchrun and check it" in " ".join(
+    assert "ddp-migrate verify SCRIPT run a migrated script briefly under torchrun and check it" in " ".join(
         result.stdout.split())
 
 
@@ -157,11 +157,14 @@ def test_the_migration_summary_names_the_verify_command(tmp_path, monkeypatch):
         runner = CliRunner(mix_stderr=False)
     except TypeError:
         runner = CliRunner()
-    result = runner.invoke(cli_module.cli, ["--check", "train.py"], env={"NO_COLOR": "1", "TERM": "xterm"})
+    result = runner.invoke(cli_module.cli, ["--check", "-v", "train.py"], env={"NO_COLOR": "1", "TERM": "xterm"})
     rows = result.stderr.splitlines()
     assert "    one machine: torchrun --standalone --nproc_per_node=<gpus> train.py DATA" in rows
-    assert rows[rows.index("    one machine: torchrun --standalone --nproc_per_node=<gpus> train.py DATA") + 2] == (
+    assert rows[rows.index("    one machine: torchrun --standalone --nproc_per_node=<gpus> train.py DATA") + 3] == (
         "  check it first: ddp-migrate verify train.py -- DATA")
+    plain = runner.invoke(cli_module.cli, ["--check", "train.py"], env={"NO_COLOR": "1", "TERM": "xterm"})
+    assert ("would migrate train.py; check it: ddp-migrate verify train.py -- DATA; run it: "
+            "torchrun --standalone --nproc_per_node=<gpus> train.py DATA") in plain.stderr.splitlines()
 
 
 # --------------------------------------------------------------------------- the environment of a run
