@@ -6,7 +6,8 @@ files that have nothing to migrate, does not pay for importing LibCST and the ru
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, List
+
+TYPE_CHECKING = False  # not typing's: `import migrator` (and the CLI's start-up) does not load typing
 
 __version__ = "0.1.0"
 
@@ -38,6 +39,8 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from typing import Any, List
+
     from migrator.api import migrate
     from migrator.errors import ConfigError, IntroducedSyntaxError, MigrateError, SourceParseError
     from migrator.options import Options

@@ -17,7 +17,7 @@ from migrator.context import FileContext
 from migrator.errors import IntroducedSyntaxError, SourceParseError
 from migrator.legacy_syntax import RULE as ASYNC_KEYWORD, rename_async_keywords
 from migrator.options import Options
-from migrator.relevance import python_may_need_migration, python_may_train
+from migrator.triage import DISTRIBUTED, ENGINE, verdict
 from migrator.rules import FIXERS, REPORTERS, rules_in_scope
 from migrator.rules.launch_calls import RULE as LAUNCH_IN_PYTHON
 from migrator.types import Change, Result
@@ -36,7 +36,8 @@ def migrate(source: str, options: Optional[Options] = None, context: Optional[Fi
     return _suppressed(source, options or Options(), functools.partial(_migrate, context=context))
 
 
-def check(source: str, options: Optional[Options] = None, context: Optional[FileContext] = None) -> Result:
+def check(source: str, options: Optional[Options] = None, context: Optional[FileContext] = None,
+          first_look: bool = True) -> Result:
     """What migrate() would change and report, without producing the new code.
 
     The same changes and diagnostics as migrate(); `code` is `source` itself and `pending`
@@ -44,19 +45,24 @@ def check(source: str, options: Optional[Options] = None, context: Optional[File
     pass, the import insertion, code generation and the re-parse, about 40% of the engine's time
     on a training script, plus the 0.2 s import of libcst.codemod (scripts/bench.py).
     tests/test_fixtures.py holds it to migrate()'s verdict on every fixture, input and expected.
+    `first_look=False` parses every file, and reads what the engine knows of one that is
+    distributed already (its required arguments): `ddp-migrate launch` needs that of any script.
     """
-    return _suppressed(source, options or Options(), functools.partial(_migrate, rewrite=False, context=context))
+    engine = functools.partial(_migrate, rewrite=False, context=context, first_look=first_look)
+    return _suppressed(source, options or Options(), engine)
 
 
 def _suppressed(source: str, options: Options, engine: suppress.Rerun) -> Result:
     return suppress.apply(engine(source, options), source, options, engine, suppress.python_suppressions(source))
 
 
-def _migrate(source: str, options: Options, rewrite: bool = True, context: Optional[FileContext] = None) -> Result:
-    if not _may_need_engine(source, context):
-        return Result(code=source, original=source)
+def _migrate(source: str, options: Options, rewrite: bool = True, context: Optional[FileContext] = None,
+             first_look: bool = True) -> Result:
+    seen = verdict(source, context) if first_look else ENGINE
+    if seen != ENGINE:  # nothing for any rule; or distributed already, with nothing to report
+        return Result(code=source, original=source, distributed=seen == DISTRIBUTED)
     module, parsed, renamed = _parse_renaming_async(source, options)
-    facts = analyze(module, context)
+    facts = analyze(module, context, parsed)
     scope = rules_in_scope(facts, context)
     fixes = frozenset(rule.code for rule, _ in FIXERS if options.fix_enabled(rule.code) and (scope is None or rule.code in scope))
     plan = edits.Plan(batch=options.batch, eval=options.eval, fixes=fixes)
@@ -91,21 +97,6 @@ def _migrate(source: str, options: Options, rewrite: bool = True, context: Optio
     check_parses(code)
     return Result(code=code, changes=changes, diagnostics=diagnostics, original=source, launch_args=launch_args,
                   distributed=distributed)
-
-
-def _may_need_engine(source: str, context: Optional[FileContext]) -> bool:
-    """From the text (and the project's modules' summaries) alone: may any rule act on this file?
-    Parsing with LibCST is most of the engine's cost; a repository's model and layer files skip it."""
-    if not python_may_need_migration(source):
-        return False
-    test_module = context is not None and context.is_test_module
-    if python_may_train(source, test_module):
-        return True
-    if test_module:
-        return False
-    from migrator.analysis.project_training import may_train_through_project
-
-    return may_train_through_project(source, context)
 
 
 def _library_hint(source: str, facts, diagnostics, options: Options, parsed) -> tuple:

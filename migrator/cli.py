@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from typing import IO, TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 import click
 
@@ -36,13 +36,16 @@ if TYPE_CHECKING:  # pragma: no cover
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 #: A Python file with none of these has nothing to migrate (api.RELEVANT; a test keeps them equal).
-PYTHON_RELEVANT = ("torch", "local_rank", "local-rank")
+from migrator.fastpath import PYTHON_RELEVANT  # noqa: E402  (one list, shared with the start-up fast path)
 #: A launcher file that does not mention this has no launch command to rewrite.
 LAUNCHER_RELEVANT = ("torch.distributed", "torch/distributed/launch")  # the module, or its file by path
 
 #: The process-group setup rule: a file it changed is a training script's entry point, which
 #: project mode (migrator.project) plans with the modules it imports.
 _SETUP_CODE = "DDP001"
+
+#: A module's declines that a distributed caller answers (migrator.project.hints.LIBRARY_DECLINES, and its hint).
+_LIBRARY_DECLINES = frozenset({"DDP101", "DDP104", "DDP114", "DDP140"})
 
 #: Fewest files that need the engine for --jobs to start a process pool: with fewer, starting
 #: workers costs more than it saves (much more where workers are spawned and import LibCST anew).
@@ -70,6 +73,19 @@ def migrate(source: str, options: Optional[Options] = None, context: Optional[Fi
     from migrator.api import migrate as engine
 
     return engine(source, options, context)
+
+
+def _may_need_a_look(source: str, name: str) -> bool:
+    from migrator.triage import may_need_a_look
+
+    return may_need_a_look(source, FileContext(path=name).is_test_module)
+
+
+def _verdict(source: str, context: Optional[FileContext]) -> str:
+    """migrator.triage's first look, imported on first use (it loads no LibCST)."""
+    from migrator.triage import verdict
+
+    return verdict(source, context)
 
 
 def check(source: str, options: Optional[Options] = None, context: Optional[FileContext] = None) -> "Result":
@@ -441,8 +457,7 @@ def _explain(out: render.Console, wanted: str) -> int:
 # --------------------------------------------------------------------------- one file
 
 
-@dataclass(frozen=True)
-class Migrated:
+class Migrated(NamedTuple):
     """A file's outcome, with what it takes to show and write it: the source as read, the new code."""
 
     outcome: FileOutcome
@@ -454,8 +469,7 @@ class Migrated:
     distributed: bool = False  # a script set up for several processes already (Result.distributed)
 
 
-@dataclass(frozen=True)
-class _Job:
+class _Job(NamedTuple):
     """A file read and found to need the engine."""
 
     path: Path
@@ -484,7 +498,9 @@ def _read(path: Path, options: Options, walked: bool = False, max_size: int = 0)
             if max_size and size > max_size:
                 return Migrated(FileOutcome(name), skipped=_too_large(size, max_size), notice=True)
             source = files.read_source(path)
-            relevant = any(word in source.text for word in PYTHON_RELEVANT)
+            # The words first (no import), then the shapes of the text: a worker gets the file only
+            # when a rule, or a project module it imports, may matter (migrator.triage).
+            relevant = any(word in source.text for word in PYTHON_RELEVANT) and _may_need_a_look(source.text, name)
         else:
             source = files.read_text(path)
             relevant = any(word in source.text for word in LAUNCHER_RELEVANT)
@@ -528,9 +544,14 @@ def _migrate(job: _Job, options: Options, mode: WriteBack) -> Migrated:
     """Run the engine on one file (in this process or a worker). Never raises."""
     try:
         if job.kind == files.PYTHON:
+            context = _context(job)
+            first_look = _verdict(job.source.text, context)
+            if first_look != "engine":  # most files: no LibCST, not even its import (migrator.triage)
+                return Migrated(FileOutcome(job.name), job.source, job.source.text, python=True,
+                                distributed=first_look == "distributed")
             # Plain --check shows no code: the engine stops once it knows what it would change.
             engine = migrate if mode.needs_code else check
-            result = engine(job.source.text, options, _context(job))
+            result = engine(job.source.text, options, context)
         else:
             result = migrate_launcher(job.source.text, job.kind, options)
         job.source.encode(result.code)  # fails here, in every mode, if the new code has no bytes
@@ -585,31 +606,38 @@ def migrate_files(
     """Each file's outcome, in the order of `paths`, written back first when `mode` writes.
 
     Files are read here; those that need the engine are migrated here, or in `jobs` worker
-    processes when there are at least POOL_MIN_FILES of them. Writing and everything shown
-    happen in this process, in order, so the output does not depend on `jobs`. `walked` holds
-    the indexes of the paths found in a directory walk (a binary one among them is skipped);
-    Python files above `max_size` bytes (0: no limit) are skipped unread.
+    processes when there are at least POOL_MIN_FILES of them, each handed to a worker as soon as
+    it is read (the workers run while the rest is read). Writing and everything shown happen in
+    this process, in order, so the output does not depend on `jobs`. `walked` holds the indexes of
+    the paths found in a directory walk (a binary one among them is skipped); Python files above
+    `max_size` bytes (0: no limit) are skipped unread.
     """
     walked = walked or set()
-    read = [_read(path, options, i in walked, max_size) for i, path in enumerate(paths)]
+    read = (_read(path, options, i in walked, max_size) for i, path in enumerate(paths))
     yield from run_jobs(read, mode, options, jobs=jobs, write=write)
 
 
 def run_jobs(
-    read: Sequence[Union[Migrated, _Job]], mode: WriteBack, options: Options, *, jobs: int = 1, write: bool = True
+    read: Iterable[Union[Migrated, _Job]], mode: WriteBack, options: Options, *, jobs: int = 1, write: bool = True
 ) -> Iterator[Migrated]:
-    """migrate_files for files already read."""
-    pending = [item for item in read if isinstance(item, _Job)]
+    """migrate_files for files read (a list, or a generator reading them as it goes)."""
+    items: List[Union[Migrated, _Job]] = []
     futures: Dict[int, Any] = {}
     executor = None
-    if jobs > 1 and len(pending) >= POOL_MIN_FILES:
-        executor = _pool(min(jobs, len(pending)))
-        # Largest first, so a big file started last does not leave the other workers idle;
-        # the results are still taken (and printed) in the original order.
-        by_size = sorted(pending, key=lambda job: len(job.source.text), reverse=True)
-        futures = {id(job): executor.submit(_migrate, job, options, mode) for job in by_size}
+    waiting: List[_Job] = []  # read before there were enough to start the pool
     try:
         for item in read:
+            items.append(item)
+            if not isinstance(item, _Job) or jobs <= 1:
+                continue
+            waiting.append(item)
+            if executor is None and len(waiting) >= POOL_MIN_FILES:
+                executor = _pool(jobs, warm=any(_trains(job) for job in waiting))
+            if executor is not None:
+                for job in waiting:
+                    futures[id(job)] = executor.submit(_migrate, job, options, mode)
+                waiting.clear()
+        for item in items:
             if isinstance(item, _Job):
                 done = _result(futures.get(id(item)), item, options, mode)
             else:
@@ -620,24 +648,36 @@ def run_jobs(
             executor.shutdown(wait=True, cancel_futures=True)
 
 
-def _pool(workers: int) -> Any:
+def _trains(job: _Job) -> bool:
+    """Has the file the text of training (migrator.relevance)? Then LibCST will be needed."""
+    from migrator.relevance import python_may_train
+
+    return job.kind == files.PYTHON and python_may_train(job.source.text)
+
+
+def _pool(workers: int, warm: bool = False) -> Any:
+    """The worker processes. `warm`: a file read so far trains, so each worker imports the engine
+    (LibCST, a third of a second) as soon as it starts, while this process reads the rest."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     context = None
     if sys.platform.startswith("linux"):
-        # fork: workers start at once and share the engine this process has already imported.
-        # This process runs no threads, so fork is safe here.
+        # fork: workers start at once and share what this process has already imported (the first
+        # look at each file; LibCST and the rules are loaded by a worker only when a file needs
+        # them, which in most repositories few do). This process runs no threads: fork is safe.
         context = multiprocessing.get_context("fork")
-        import migrator.api  # noqa: F401 - loaded once, before the fork
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_ignore_interrupts)
+        import migrator.triage  # noqa: F401 - loaded once, before the fork
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker, initargs=(warm,))
 
 
-def _ignore_interrupts() -> None:
+def _start_worker(warm: bool) -> None:
     """Workers leave Ctrl-C to this process, which cancels what is left (no traceback per worker)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if warm:
+        import migrator.api  # noqa: F401
 
 
 def _result(future: Any, job: _Job, options: Options, mode: WriteBack) -> Migrated:
@@ -657,10 +697,12 @@ def with_project(outcomes: Sequence[Migrated], mode: WriteBack, options: Options
         for done in outcomes
         if done.python and done.source is not None and done.outcome.error is None and done.code is not None
     ]
-    if not any(change.code == _SETUP_CODE for done, _ in python for change in done.outcome.changes) and not any(
-        done.distributed for done, _ in python
-    ):
-        return list(outcomes)  # no script was migrated or is distributed: no project to plan (LibCST stays unloaded)
+    migrated = any(change.code == _SETUP_CODE for done, _ in python for change in done.outcome.changes)
+    answered = any(done.distributed for done, _ in python) and any(
+        diagnostic.code in _LIBRARY_DECLINES for done, _ in python for diagnostic in done.outcome.diagnostics
+    )
+    if not migrated and not answered:
+        return list(outcomes)  # no script to plan with its modules, no module to answer (LibCST stays unloaded)
     from migrator.project.plan import ProjectFile, plan_project
 
     project = [

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from migrator.codes import BY_NAME, CODES
 from migrator.errors import ConfigError
@@ -52,8 +51,7 @@ class SelectorError(ValueError):
     """A rule selector that names no rule."""
 
 
-@dataclass(frozen=True)
-class RuleSelection:
+class RuleSelection(NamedTuple):
     """One layer of rule selection (the config's or the command line's), as canonical selectors.
 
     `select is None`: this layer does not choose the base set (it keeps the previous layer's).
@@ -65,12 +63,11 @@ class RuleSelection:
     extend_ignore: Tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(NamedTuple):
     """What a config file says (all empty when there is none)."""
 
     path: Optional[Path] = None
-    rules: RuleSelection = field(default_factory=RuleSelection)
+    rules: RuleSelection = RuleSelection()
     exclude: Optional[Tuple[str, ...]] = None
     extend_exclude: Tuple[str, ...] = ()
     batch: Optional[str] = None  # "global" | "per-process" (Options.batch)

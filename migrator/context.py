@@ -9,17 +9,15 @@ process, by migrator.graph.modules.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 # Files that mark the top of a project: imports are not looked for above it.
 _PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 _MAX_LEVELS = 6  # directories above a script searched for its project's top
 
 
-@dataclass(frozen=True)
-class ProjectModules:
+class ProjectModules(NamedTuple):
     """Where the project's own modules are: the directories imports resolve from, as `python
     script.py` resolves them from the script's directory (and, for a package layout, from the
     project's top). The modules themselves are read once per process, by file
@@ -44,8 +42,7 @@ def _roots(here: str) -> Tuple[str, ...]:
     return tuple(str(root) for root in roots)
 
 
-@dataclass(frozen=True)
-class FileContext:
+class FileContext(NamedTuple):
     """What the engine is told about a source besides its text (all optional)."""
 
     path: Optional[str] = None  # as the user named it; decides whether it is a test module

@@ -8,15 +8,13 @@ files (shell, Make, Docker, YAML, Markdown, reST, notebooks) and from files ddp-
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import re
 import stat
 import tokenize
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from migrator.errors import MigrateError, SourceParseError
 
@@ -57,8 +55,7 @@ class UndecodableError(SourceParseError):
     """The file's bytes are not text in the encoding it declares (or UTF-8): likely a binary file."""
 
 
-@dataclass(frozen=True)
-class SourceFile:
+class SourceFile(NamedTuple):
     """A decoded script plus what it takes to write it back byte-for-byte.
 
     `text` has the BOM stripped and newlines untranslated. `digest` is the sha256 of the bytes
@@ -69,7 +66,7 @@ class SourceFile:
     text: str
     encoding: str
     bom: bool
-    digest: Optional[str] = field(default=None, compare=False, repr=False)
+    digest: Optional[str] = None
 
     def encode(self, text: str) -> bytes:
         """`text` as this file's bytes (same encoding, same BOM)."""
@@ -222,6 +219,8 @@ def _line_col(data: bytes, offset: int) -> Tuple[int, int]:
 
 
 def _digest(data: bytes) -> str:
+    import hashlib  # loads OpenSSL: about 6 ms of a start-up that a clean file should barely pay
+
     return hashlib.sha256(data).hexdigest()
 
 
@@ -347,8 +346,7 @@ def _fsync_directory(directory: Path) -> None:
 _Ignore = Tuple[Path, "pathspec.PathSpec"]  # (absolute directory the patterns are relative to, patterns)
 
 
-@dataclass(frozen=True)
-class Exclude:
+class Exclude(NamedTuple):
     """Gitignore-style `patterns` relative to `root` (the folder of the config file that gave them, or cwd).
 
     A pattern without a `/` before its end (`build/`, `*_pb2.py`) matches at any depth, also in a
@@ -356,7 +354,7 @@ class Exclude:
     """
 
     patterns: Tuple[str, ...]
-    root: Path = field(default_factory=Path.cwd)
+    root: Optional[Path] = None  # None: the working directory when the walk starts
 
 
 def discover(
@@ -424,7 +422,8 @@ class _Excluder:
                     (dir_names if pattern.endswith("/") else names).add(core)
                 else:
                     rest.append(pattern)
-            self.sets.append((Path(os.path.realpath(exclude.root)), names, dir_names, rest))
+            root = exclude.root if exclude.root is not None else Path.cwd()
+            self.sets.append((Path(os.path.realpath(root)), names, dir_names, rest))
             self._specs.append(None)
 
     def excluded(self, real: Path, *, is_dir: bool, walk_root: Optional[Path] = None) -> bool:
@@ -464,13 +463,18 @@ class _Excluder:
 
 
 def _relative_to(real: Path, root: Path) -> Optional[str]:
-    """`real` relative to `root`, '/'-separated, or None when it is not under it ('' is root itself)."""
-    rel = os.path.relpath(real, root).replace(os.sep, "/")
-    if rel == ".":
+    """`real` relative to `root`, '/'-separated, or None when it is not under it ('' is root itself).
+
+    Both are resolved paths (realpath), so this is a prefix test: os.path.relpath, which makes both
+    absolute again on every call, was half of a walk's time on a 800-file repository."""
+    path, base = os.fspath(real), os.fspath(root)
+    if path == base:
         return ""
-    if rel == ".." or rel.startswith("../") or os.path.isabs(rel):
+    prefix = base if base.endswith(os.sep) else base + os.sep
+    if not path.startswith(prefix):
         return None
-    return rel
+    rel = path[len(prefix):]
+    return rel.replace(os.sep, "/") if os.sep != "/" else rel
 
 
 def display_path(path: PathLike, cwd: Optional[PathLike] = None) -> str:
@@ -568,8 +572,8 @@ def _ignored(real: Path, ignores: Sequence[_Ignore], *, is_dir: bool) -> bool:
     """Git's verdict: the deepest ignore file with a matching pattern wins (so `!pattern` works)."""
     verdict = False
     for base, spec in ignores:
-        rel = os.path.relpath(real, base).replace(os.sep, "/")
-        if rel.startswith("../"):
+        rel = _relative_to(real, base)
+        if not rel:
             continue
         if is_dir:
             rel += "/"

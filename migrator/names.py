@@ -11,6 +11,8 @@ from typing import Optional
 
 import libcst as cst
 
+from migrator.graph.modules import NOT_PROJECT_PACKAGES  # noqa: F401 - re-exported: the rules ask it here
+
 from migrator.tree import contains, descendants
 
 DATAPARALLEL = frozenset(
@@ -325,11 +327,7 @@ DISTRIBUTED_OPTIONS = frozenset(
     }
 )
 # Helpers that set up the process group (DeiT/DINO/DETR's `init_distributed_mode`, mmcv's `init_dist`).
-_DIST_SETUP_PREFIXES = ("init_distributed", "init_dist", "setup_distributed", "setup_dist", "dist_init", "init_process_group")
-
-
-def is_distributed_setup_name(name: str) -> bool:
-    return name.lower().lstrip("_").startswith(_DIST_SETUP_PREFIXES)
+from migrator.relevance import is_distributed_setup_name  # noqa: E402,F401 - shared with the triage (no LibCST there)
 
 
 def declares_distributed_option(call: cst.Call) -> bool:
@@ -342,13 +340,6 @@ def declares_distributed_option(call: cst.Call) -> bool:
 
 
 # Top-level packages that never hold the user's training code.
-NOT_PROJECT_PACKAGES = frozenset(getattr(sys, "stdlib_module_names", ())) | frozenset(
-    {
-        "torch", "torchvision", "torchaudio", "torchtext", "numpy", "scipy", "pandas", "sklearn", "tqdm", "hydra",
-        "omegaconf", "wandb", "tensorboardX", "mlflow", "gym", "gymnasium", "PIL", "cv2", "yaml", "timm",
-        "transformers", "datasets", "apex", "matplotlib", "collections", "logging", "time", "os", "sys", "math",
-    }
-)
 
 
 def is_legacy_launch_module(dotted: str) -> bool:

@@ -6,8 +6,7 @@ documented in the README ("Output formats"); a change to its shape bumps JSON_VE
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from migrator.codes import NAMES
 
@@ -21,8 +20,7 @@ SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 INFORMATION_URI = "https://github.com/ddp-migrate/ddp-migrate"
 
 
-@dataclass(frozen=True)
-class Failure:
+class Failure(NamedTuple):
     """Why a file could not be migrated.
 
     `kind` is "parse" (the file's own code does not parse or decode), "file" (it cannot be read,
@@ -43,8 +41,7 @@ class Failure:
         return f"{path}: {self.message}"
 
 
-@dataclass(frozen=True)
-class FileOutcome:
+class FileOutcome(NamedTuple):
     """One file's migration, as plain data (it crosses process boundaries with --jobs)."""
 
     path: str  # as shown: relative to cwd when under it, '/'-separated
@@ -63,8 +60,7 @@ class FileOutcome:
         return sorted(rows, key=lambda row: (row[1].line, row[1].col, row[0] != "change"))
 
 
-@dataclass(frozen=True)
-class Attention:
+class Attention(NamedTuple):
     """A diagnostic that needs a human, with its rule's summary and `fix` text as the hint."""
 
     line: int
@@ -75,8 +71,7 @@ class Attention:
     hint: str
 
 
-@dataclass(frozen=True)
-class FileSummary:
+class FileSummary(NamedTuple):
     """The end-of-run block for one file: changes by rule, what needs a human, how to run it."""
 
     path: str

@@ -14,6 +14,8 @@ import os
 import sys
 from typing import IO, TYPE_CHECKING, Any, Optional, Sequence, Tuple, Union
 
+from migrator.terminal import RESET as _RESET, wants_color
+
 if TYPE_CHECKING:  # pragma: no cover
     from migrator.output import FileSummary
     from migrator.report import Report
@@ -23,7 +25,6 @@ if TYPE_CHECKING:  # pragma: no cover
 COLOR_CHOICES = ("auto", "always", "never")
 
 # SGR codes of the few styles used.
-_RESET = "\x1b[0m"
 _PATH = "1"  # bold
 _CODE = "1;31"  # bold red
 _FIXABLE = "36"  # cyan
@@ -43,7 +44,7 @@ class Console:
         self._file = file
         self.stderr = stderr
         self.color = color
-        self.styled = _wants_color(self.file, color)
+        self.styled = wants_color(self.file, color)
         self._rich: Any = None
 
     @property
@@ -95,26 +96,6 @@ class Console:
 
 
 _RICH_STYLES = {_PATH: "bold", _CODE: "bold red", _FIXABLE: "cyan", _MUTED: "dim"}
-
-
-def _wants_color(stream: IO[str], color: str) -> bool:
-    """rich's rules, without importing rich: NO_COLOR, FORCE_COLOR, TTY_COMPATIBLE, TERM=dumb, a tty."""
-    if color != "auto":
-        return color == "always"
-    env = os.environ
-    if env.get("NO_COLOR"):
-        return False
-    if env.get("TERM", "").strip().lower() in ("dumb", "unknown"):
-        return False
-    tty_compatible = env.get("TTY_COMPATIBLE", "")
-    if tty_compatible in ("0", "1"):
-        return tty_compatible == "1"
-    if env.get("FORCE_COLOR") is not None:
-        return env["FORCE_COLOR"] != ""
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 def make_console(color: str = "auto", *, stderr: bool = False, file: Optional[IO[str]] = None) -> Console:

@@ -76,6 +76,8 @@ def fake_check(source: str, options: Optional[Options] = None, context=None) -> 
 def fake_engine(monkeypatch):
     monkeypatch.setattr(cli_module, "migrate", fake_migrate)
     monkeypatch.setattr(cli_module, "check", fake_check)
+    monkeypatch.setattr(cli_module, "_verdict", lambda source, context: "engine")
+    monkeypatch.setattr(cli_module, "_may_need_a_look", lambda source, name: True)  # the fake decides
     # The CLI skips files the real engine would leave alone; the fake's words are its own.
     monkeypatch.setattr(cli_module, "PYTHON_RELEVANT", (*cli_module.PYTHON_RELEVANT, MARKER, "ADVISE", "NOTE"))
     return fake_migrate
@@ -452,6 +454,8 @@ def test_internal_error_is_one_line_and_the_run_continues(project, monkeypatch):
 
     monkeypatch.setattr(cli_module, "migrate", flaky)
     monkeypatch.setattr(cli_module, "check", flaky_check)
+    monkeypatch.setattr(cli_module, "_verdict", lambda source, context: "engine")
+    monkeypatch.setattr(cli_module, "_may_need_a_look", lambda source, name: True)
     write(project / "bad.py", "import torch\nboom = 1\n")
     write(project / "a.py", SCRIPT)
     result = invoke("--in-place", "bad.py", "a.py")
@@ -1099,7 +1103,7 @@ def test_jobs_output_is_identical_to_one_job(project, monkeypatch, flags):
     assert len(_jobs_tree(project)) >= cli_module.POOL_MIN_FILES
     pools = []
     real_pool = cli_module._pool
-    monkeypatch.setattr(cli_module, "_pool", lambda n: pools.append(n) or real_pool(n))
+    monkeypatch.setattr(cli_module, "_pool", lambda n, warm=False: pools.append(n) or real_pool(n, warm))
     one = invoke(*flags, "--jobs", "1", ".")
     assert pools == []
     many = invoke(*flags, "--jobs", "3", ".")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from migrator import migrate
-from migrator.analysis import project_modules, project_training
+from migrator.graph import distributing as project_modules, training as project_training
 from migrator.context import FileContext
 from migrator.graph import modules as index_module
 from migrator.graph.modules import INDEX, lookup
@@ -26,6 +26,7 @@ def _write(root: Path, files: dict) -> None:
 def fresh_index():
     INDEX.clear()
     project_modules._ANSWERS.clear()
+    project_modules._REACH.clear()
     project_training._ANSWERS.clear()
     yield
     INDEX.clear()
@@ -71,7 +72,7 @@ def test_a_module_is_parsed_once_for_scripts_in_several_folders(tmp_path, parses
         assert project_modules.what_it_does(roots, "lib.init_distributed_mode") == (
             "calls `_really_init`, which calls init_process_group"
         )
-        assert project_training._trained_parameters(roots, "lib.Trainer")[:2] == ("model", "#0")
+        assert project_training.trained_parameters(roots, "lib.Trainer")[:2] == ("model", "#0")
     texts = {(tmp_path / name).read_text() for name in ("lib/__init__.py", "lib/dist.py", "lib/engine.py")}
     assert {text: parses.get(text) for text in texts} == {text: 1 for text in texts}
 

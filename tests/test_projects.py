@@ -130,7 +130,7 @@ def test_project_report_does_not_depend_on_how_modules_are_read(case, tmp_path, 
     """report.json is the `--check` report of the project: the same files, findings and messages
     whether the project's modules are read fresh, from a warm per-process index, by worker
     processes, or by a new process."""
-    from migrator.analysis import project_modules, project_training
+    from migrator.graph import distributing as project_modules, training as project_training
     from migrator.graph.modules import INDEX
 
     root = _copy(case, tmp_path)
@@ -141,6 +141,7 @@ def test_project_report_does_not_depend_on_how_modules_are_read(case, tmp_path, 
     def cold() -> str:
         INDEX.clear()
         project_modules._ANSWERS.clear()
+        project_modules._REACH.clear()
         project_training._ANSWERS.clear()
         return _run(*check, "--jobs", "1").output
 
@@ -476,3 +477,11 @@ def evaluate(loader, model):
     assert "cnn = DDP(cnn" in result.code
     assert "sampler=train_iter_sampler" in result.code
     assert "dev_iter = DataLoader(data, batch_size=32)" in result.code
+
+
+def test_the_cli_knows_the_declines_a_caller_answers():
+    from migrator import cli as cli_module
+    from migrator.project.hints import LIBRARY_DECLINES
+    from migrator.project.rules import MODULE_NEEDS_MIGRATION
+
+    assert cli_module._LIBRARY_DECLINES == LIBRARY_DECLINES | {MODULE_NEEDS_MIGRATION.code}

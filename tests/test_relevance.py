@@ -1,4 +1,4 @@
-"""The engine's look at a file's text before it parses it (migrator.relevance, api._may_need_engine).
+"""The engine's look at a file's text before it parses it (migrator.relevance, triage.may_need_engine).
 
 Parsing with LibCST is most of what a run costs, so a file is parsed only when its text has the
 shape of something a rule reads. These tests hold that look to the engine itself: every file it
@@ -12,7 +12,7 @@ from typing import Iterator, Optional, Tuple
 
 import pytest
 
-from migrator import RULES, api
+from migrator import RULES, api, triage
 from migrator.context import FileContext
 from migrator.launcher import LAUNCHER_RULES
 from migrator.project.rules import RULES as PROJECT_RULES
@@ -40,18 +40,19 @@ def _sources() -> Iterator[Tuple[str, str, Optional[FileContext]]]:
 
 def _full_engine(source: str, context: Optional[FileContext]):
     """api.check with the text look limited to the cheap word test it refines."""
-    original = api._may_need_engine
-    api._may_need_engine = lambda text, ctx: python_may_need_migration(text)
+    original = api.verdict
+    api.verdict = lambda text, ctx: triage.ENGINE if python_may_need_migration(text) else triage.NOTHING
     try:
         return api.check(source, context=context)
     finally:
-        api._may_need_engine = original
+        api.verdict = original
 
 
 def test_every_file_passed_over_has_nothing_for_the_engine():
     passed_over = 0
     for name, source, context in _sources():
-        if not python_may_need_migration(source) or api._may_need_engine(source, context):
+        first_look = triage.verdict(source, context)
+        if not python_may_need_migration(source) or first_look == triage.ENGINE:
             continue
         passed_over += 1
         try:
@@ -60,6 +61,8 @@ def test_every_file_passed_over_has_nothing_for_the_engine():
             continue
         found = [c.code for c in result.changes] + [d.code for d in result.diagnostics]
         assert not found and not result.changed, f"{name}: passed over, but the engine finds {found}"
+        if first_look == triage.DISTRIBUTED:  # said only where the engine finds it too
+            assert result.distributed, f"{name}: distributed by its first look, not by the engine"
     assert passed_over, "nothing was passed over: the test would prove nothing"
 
 
@@ -106,19 +109,31 @@ def test_a_file_without_training_shapes_is_not_parsed(source):
     pytest.param("opt = Adam(model.parameters())", id="optimizer-imported"),
     pytest.param("optimizer = optimizer_cls(model.parameters())", id="optimizer-chosen-at-run-time"),
     pytest.param("optimizer = get_optimizer(cfg, model)", id="optimizer-helper"),
-    pytest.param("loss.backward()", id="backward"),
-    pytest.param("optimizer.step()", id="step"),
     pytest.param("model = nn.DataParallel(model)", id="dataparallel"),
     pytest.param("from torch.nn import DataParallel as DP", id="dataparallel-alias"),
     pytest.param("sampler = DistributedSampler(data)", id="sampler"),
     pytest.param("parser.add_argument('--local_rank', type=int)", id="local-rank"),
     pytest.param("os.system('python -m torch.distributed.launch train.py')", id="launch-command"),
     pytest.param("x = x.cuda(async=True)", id="async-keyword"),
-    pytest.param("mp.spawn(worker, nprocs=2)", id="spawn"),
-    pytest.param("init_distributed_mode(args)", id="setup-helper"),
 ])
 def test_each_training_shape_is_parsed(line):
     assert python_may_train(f"import torch\n\n{line}\n")
+
+
+@pytest.mark.parametrize("line", ["loss.backward()", "optimizer.step()", "self.opt_g.step()"])
+def test_a_backward_or_a_step_counts_where_training_is_set_up(line):
+    """Training through objects built elsewhere is reported in a file that runs or builds its loaders;
+    a library's training step (d2's SimpleTrainer.run_step) is its caller's to migrate."""
+    assert not python_may_train(f"import torch\n\n\ndef run_step(self):\n    {line}\n")
+    assert python_may_train(f"import torch\n\n{line}\n\nif __name__ == '__main__':\n    pass\n")
+    assert python_may_train(f"import torch\nloader = torch.utils.data.DataLoader(data)\n\n\ndef f():\n    {line}\n")
+    assert not python_may_train("import torch\n\n\ndef f():\n    scheduler.step()\n    scaler.step(opt)\n\nfor x in y:\n    pass\n")
+
+
+@pytest.mark.parametrize("line", ["mp.spawn(worker, nprocs=2)", "init_distributed_mode(args)"])
+def test_code_set_up_for_several_processes_is_parsed_for_its_bugs(line):
+    assert not python_may_train(f"import torch\n\n{line}\n")
+    assert python_may_train(f"import torch\n\n{line}\ntorch.save(model.state_dict(), 'm.pt')\n")
 
 
 def test_a_hand_written_update_is_parsed():
@@ -156,9 +171,9 @@ def test_a_model_handed_to_a_project_trainer_is_parsed(tmp_path):
     text = "import torch\nfrom trainer import Trainer\n\nmodel = torch.nn.Linear(2, 2)\nt = Trainer(model)\nt.go()\n"
     script.write_text(text)
     assert not python_may_train(text)
-    assert api._may_need_engine(text, FileContext.for_file(script))
+    assert triage.may_need_engine(text, FileContext.for_file(script))
     other = text.replace("from trainer import Trainer", "from helpers import seed as Trainer")
-    assert not api._may_need_engine(other, FileContext.for_file(script))
+    assert not triage.may_need_engine(other, FileContext.for_file(script))
 
 
 def test_a_project_module_imported_whole_is_asked_about_the_names_called_on_it(tmp_path):
@@ -172,5 +187,5 @@ def test_a_project_module_imported_whole_is_asked_about_the_names_called_on_it(t
     for text in ("import torch\nimport lib.engine\n\nlib.engine.fit(torch.nn.Linear(2, 2))\n",
                  "import torch\nimport lib.engine as engine\n\nengine.fit(torch.nn.Linear(2, 2))\n",
                  "import torch\nfrom lib import engine\n\nengine.fit(torch.nn.Linear(2, 2))\n"):
-        assert api._may_need_engine(text, context), text
-    assert not api._may_need_engine("import torch\nimport lib.engine as engine\n\nprint(engine)\n", context)
+        assert triage.may_need_engine(text, context), text
+    assert not triage.may_need_engine("import torch\nimport lib.engine as engine\n\nprint(engine)\n", context)

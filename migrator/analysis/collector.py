@@ -39,6 +39,7 @@ class _Collector(NameIndex):
         self.cuda_templates: List[cst.CSTNode] = []  # "cuda:{}".format(i), "cuda:%d" % i, f"cuda:{i}"
         self.main_guards: List[cst.If] = []
         self.assignments: List[Tuple[str, cst.SimpleStatementLine]] = []
+        self.assign_nodes: List[cst.Assign] = []  # every `a = b` (any statement), in source order
         self.expr_calls: List[Tuple[str, str, cst.SimpleStatementLine]] = []  # (receiver, method, statement)
         self.loops: List[Union[cst.For, cst.While]] = []
         self.functions: List[cst.FunctionDef] = []
@@ -162,6 +163,10 @@ class _Collector(NameIndex):
         elif N.mentions_rank(node.test):
             self.rank_checks.append(node)
 
+    def visit_Assign(self, node: cst.Assign) -> None:
+        super().visit_Assign(node)
+        self.assign_nodes.append(node)
+
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         if N.is_log_statement(node):
             self.log_statements.append(node)
@@ -201,7 +206,8 @@ def _unpacked(target: cst.CSTNode) -> List[cst.BaseExpression]:
     return found
 
 
-def analyze(module: cst.Module, context: Optional[FileContext] = None) -> ScriptFacts:
+def analyze(module: cst.Module, context: Optional[FileContext] = None, source: Optional[str] = None) -> ScriptFacts:
+    """The facts of `module` (parsed from `source`, when given: positions are then cheap)."""
     collector = _Collector(module)
     collector.run(module)
     collector.resolve_calls()
@@ -213,7 +219,7 @@ def analyze(module: cst.Module, context: Optional[FileContext] = None) -> Script
         collector.trained_loaders = {call: loaders for call, (_, loaders, _) in trained.items() if loaders}
         collector.trained_moves = {call for call, (_, _, moves) in trained.items() if moves}
         collector.optimizer_helpers += [call for call in collector.trained_arguments if call not in collector.optimizer_helpers]
-    return _Analysis(module, collector, context).facts()
+    return _Analysis(module, collector, context, source).facts()
 
 
 def _whole_parameters(value: cst.BaseExpression) -> bool:

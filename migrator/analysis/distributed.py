@@ -8,7 +8,7 @@ runs under a launcher already: a second `init_process_group` kills every rank, a
 syncs gradients twice. The migration then changes only what torchrun needs and reports only
 genuine bugs (rules/distributed_bugs.py).
 
-Imported helpers are looked into by analysis/project_modules.py; the checkpoints every rank
+Imported helpers are looked into by migrator/graph/distributing.py; the checkpoints every rank
 writes are found by analysis/rank_saves.py; what keeps a torch.distributed.launch script off the
 CPU (DDP005) is collected here.
 """
@@ -20,32 +20,14 @@ from typing import Dict, Iterator, Optional, Tuple
 import libcst as cst
 
 from migrator import names as N
-from migrator.analysis.project_modules import what_it_does
+from migrator.graph.distributing import what_it_does
 from migrator.graph.modules import absolute
 from migrator.analysis.rank_saves import WRAPPERS, every_rank_saves
 from migrator.bindings import dotted_name
 from migrator.context import FileContext
+from migrator.relevance import FRAMEWORKS, TRANSFORMERS_TRAINERS as _TRANSFORMERS_TRAINERS
 from migrator.tree import descendants
 
-# Frameworks that set up the processes and wrap the model themselves.
-FRAMEWORKS: Tuple[Tuple[str, str], ...] = (
-    ("accelerate", "Hugging Face Accelerate"),
-    ("lightning_fabric", "Lightning Fabric"),
-    ("lightning", "Lightning"),
-    ("pytorch_lightning", "PyTorch Lightning"),
-    ("deepspeed", "DeepSpeed"),
-    ("horovod", "Horovod"),
-    ("ignite.distributed", "Ignite's idist"),
-    ("torch.distributed.elastic", "torch.distributed.elastic"),
-    ("torch.distributed.fsdp", "FSDP"),
-    ("torch.distributed._composable", "FSDP"),
-    ("fairscale", "FairScale"),
-    ("colossalai", "ColossalAI"),
-    ("torch_xla", "PyTorch/XLA"),
-    ("trl", "TRL"),
-)
-# From transformers, only its Trainer distributes (it reads torchrun's environment itself).
-_TRANSFORMERS_TRAINERS = ("Trainer", "Seq2SeqTrainer", "TrainingArguments", "Seq2SeqTrainingArguments")
 SPAWN = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "torch.multiprocessing.spawn.spawn"})
 
 

@@ -26,13 +26,14 @@ if TYPE_CHECKING:  # pragma: no cover
 class _Analysis:
     """Turns the collected sites into facts. Read-only; small named steps."""
 
-    def __init__(self, module: cst.Module, c: _Collector, context: Optional[FileContext] = None) -> None:
+    def __init__(self, module: cst.Module, c: _Collector, context: Optional[FileContext] = None,
+                 source: Optional[str] = None) -> None:
         self.module = module
         self.c = c
         self.context = context
         self._local_rank_arguments: Optional[Tuple[cst.Call, ...]] = None  # imports.local_rank_arguments
         self.parents = c.parents
-        self.positions = LazyPositions(module)
+        self.positions = LazyPositions(module, source)
         self.calls_inside = self._index_calls()
 
     def _index_calls(self) -> Dict[cst.CSTNode, List[cst.Call]]:
@@ -138,6 +139,11 @@ class _Analysis:
             local_rank_at_module=self.module_level_device_statement(entry),
             names=self.import_names(),
             dataparallel_imports=self.dataparallel_imports(),
+            calls=tuple(self.c.calls),
+            loops=tuple(self.c.loops),
+            attributes=tuple(self.c.attributes),
+            assigns=tuple(self.c.assign_nodes),
+            import_statements=tuple(self.c.import_statements),
             **self.flow_facts(models, entry),
         )
         facts = replace(facts, models=tuple(replace(m_, rebound=self.rebound.get(m_.expr, ())) for m_ in facts.models))

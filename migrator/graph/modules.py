@@ -17,10 +17,21 @@ from __future__ import annotations
 import ast
 import os
 import re
+import sys
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Tuple, Union
+from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple, Union
 
 _MAX_MODULE_BYTES = 1_000_000  # a generated or vendored giant is not read for a helper
+
+#: Top-level packages that are never the project's own (the standard library, well-known libraries).
+NOT_PROJECT_PACKAGES = frozenset(getattr(sys, "stdlib_module_names", ())) | frozenset(
+    {
+        "torch", "torchvision", "torchaudio", "torchtext", "numpy", "scipy", "pandas", "sklearn", "tqdm", "hydra",
+        "omegaconf", "wandb", "tensorboardX", "mlflow", "gym", "gymnasium", "PIL", "cv2", "yaml", "timm",
+        "transformers", "datasets", "apex", "matplotlib", "collections", "logging", "time", "os", "sys", "math",
+    }
+)
+
 
 Definition = Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]
 
@@ -104,16 +115,62 @@ def dotted(node: ast.AST) -> Optional[str]:
 
 @dataclass
 class ModuleSummary:
-    """One module of the project as the others see it: its top-level definitions and imports."""
+    """One module of the project as the others see it: its top-level definitions and imports.
+
+    The text is parsed on first need only: many questions are answered from the text itself
+    (`defines`: is `name` a top-level function or class here; does the module name an optimizer).
+    """
 
     path: str
     text: str
     package: Optional[str]  # the package its relative imports resolve in
-    tree: Optional[ast.Module]  # None: it does not parse
+    _tree: Optional[ast.Module] = field(default=None, repr=False)
+    _parsed: bool = field(default=False, repr=False)
     _imports: Optional[Dict[str, str]] = field(default=None, repr=False)
+    _bound: Optional[FrozenSet[str]] = field(default=None, repr=False)
+    _header_index: Optional[Tuple[Dict[str, str], Dict[str, Tuple[str, ...]]]] = field(default=None, repr=False)
     _stars: Optional[Tuple[str, ...]] = field(default=None, repr=False)
     _definitions: Optional[Dict[str, Definition]] = field(default=None, repr=False)
     _calls: Dict[str, Tuple[str, ...]] = field(default_factory=dict, repr=False)
+
+    @property
+    def tree(self) -> Optional[ast.Module]:
+        """The module's syntax tree, parsed once, on first use; None when it does not parse."""
+        if not self._parsed:
+            self._parsed = True
+            try:
+                self._tree = ast.parse(self.text)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                self._tree = None
+        return self._tree
+
+    def defines(self, name: str) -> Optional[str]:
+        """"def" or "class" when `name` is defined at the top level (read from the text), else None."""
+        return self._headers()[0].get(name)
+
+    def class_bases(self, name: str) -> Tuple[str, ...]:
+        """The base classes of top-level class `name` as written (`nn.Module`, `BaseTrainer`), from the text."""
+        return self._headers()[1].get(name, ())
+
+    def _headers(self) -> Tuple[Dict[str, str], Dict[str, Tuple[str, ...]]]:
+        """The top-level `def`/`class` lines, read from the text in one pass: name -> kind, class -> bases."""
+        if self._header_index is None:
+            kinds: Dict[str, str] = {}
+            bases: Dict[str, Tuple[str, ...]] = {}
+            for match in _HEADER.finditer(self.text):
+                kind, name, listed = match.group(1), match.group(2), match.group(3)
+                kinds.setdefault(name, kind)
+                if kind == "class" and listed:
+                    bases.setdefault(name, tuple(p.split("=")[-1].strip() for p in listed.split(",") if p.strip()))
+            self._header_index = (kinds, bases)
+        return self._header_index
+
+    @property
+    def imported_names(self) -> FrozenSet[str]:
+        """Every name an import line of the module binds (read from the text, any indentation)."""
+        if self._bound is None:
+            self._bound = frozenset(local for line in import_lines(self.text) for local in line.bound)
+        return self._bound
 
     @property
     def definitions(self) -> Dict[str, Definition]:
@@ -165,6 +222,10 @@ class ModuleSummary:
         return found
 
 
+# A top-level function or class line: its kind, its name, and a class's bases as written.
+_HEADER = re.compile(r"^(?:async[ \t]+)?(def|class)[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?", re.M)
+
+
 def _called_names(node: ast.AST) -> Iterator[str]:
     for sub in ast.walk(node):
         if isinstance(sub, ast.Call):
@@ -177,7 +238,7 @@ class ModuleIndex:
     """Files -> summaries, and (folder, dotted name) -> file. One per process (`INDEX`)."""
 
     def __init__(self) -> None:
-        self._summaries: Dict[Tuple[str, int, int], Optional[ModuleSummary]] = {}
+        self._summaries: Dict[Tuple[str, str, int, int], Optional[ModuleSummary]] = {}
         self._found: Dict[Tuple[str, str], Optional[str]] = {}
         self._packages: Dict[str, bool] = {}
 
@@ -209,7 +270,9 @@ class ModuleIndex:
             stat = os.stat(path)
         except OSError:
             return None
-        key = (os.path.realpath(path), stat.st_mtime_ns, stat.st_size)  # an edited file is read again
+        # By the name it is asked as (its package decides its relative imports) and by its state:
+        # an edited file is read again. The roots are resolved paths, so one file is one path here.
+        key = (path, name, stat.st_mtime_ns, stat.st_size)
         if key not in self._summaries:
             self._summaries[key] = _summarise(path, name, stat.st_size)
         return self._summaries[key]
@@ -232,13 +295,9 @@ def _summarise(path: str, name: str, size: int) -> Optional[ModuleSummary]:
             text = handle.read().decode("utf-8", errors="replace")
     except OSError:
         return None
-    try:
-        tree: Optional[ast.Module] = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        tree = None
     is_package = os.path.basename(path) == "__init__.py"
     package = name if is_package else name.rpartition(".")[0]
-    return ModuleSummary(path, text, package or None, tree)
+    return ModuleSummary(path, text, package or None)
 
 
 #: The process's index. Worker processes (cli --jobs) each fill their own.

@@ -198,7 +198,7 @@ def _engine_verdict(path: Path, name: str) -> Optional["Result"]:
     try:
         from migrator.api import check
 
-        return check(source.text, options, FileContext.for_file(path, name))
+        return check(source.text, options, FileContext.for_file(path, name), first_look=False)
     except SourceParseError as exc:
         raise LaunchError(f"{name}:{exc.line}:{exc.col}: cannot parse: {exc.message}") from None
     except Exception as exc:  # noqa: BLE001 - an engine bug is reported, not raised

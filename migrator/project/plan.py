@@ -117,6 +117,8 @@ def _answered_by_distributed_callers(callers: Sequence[ProjectFile], graph: Proj
     left for a human when a script that imports it is set up for several processes already (the
     project once migrated, or written for torchrun): that script is its caller. Nothing changes."""
     updates: Dict[str, Update] = {}
+    if not any(_ANSWERED & _codes(file) for file in by_path.values()):
+        return updates  # no module is left for a human: nothing to answer, no import graph to walk
     for caller in callers:
         for module, _ in graph.reachable(caller.path):
             file = by_path.get(module)

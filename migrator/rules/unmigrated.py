@@ -22,7 +22,6 @@ from migrator.edits import Plan
 from migrator import names as N
 from migrator.names import attribute_name, is_main_guard, is_training_function_name, manual_update_parameters
 from migrator.rule import Example, Rule
-from migrator.tree import descendants
 from migrator.types import Diagnostic
 
 RULE = Rule(
@@ -174,10 +173,10 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
     if plan.changes or plan.diagnostics or facts.already_distributed or _SETUP not in plan.fixes:
         return  # migrated, reported, distributed already, or its setup is not selected: not a silent decline
     module = facts.module
-    imports = _imported_modules(module)
-    if _uses_torch_distributed(imports) or not (is_script(module) or _sets_up_training(module, imports)):
+    imports = _imported_modules(facts.import_statements)
+    if _uses_torch_distributed(imports) or not (is_script(module) or _sets_up_training(facts.calls, imports)):
         return
-    signal = _first_training_signal(module)
+    signal = _first_training_signal(facts)
     if signal is None:
         return
     line, col = facts.line_col(signal.node)
@@ -186,11 +185,12 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
 
 
 # -- what counts as training ------------------------------------------------------------
-def _first_training_signal(module: cst.Module) -> Optional[Signal]:
+def _first_training_signal(facts: ScriptFacts) -> Optional[Signal]:
     """The first training sign in source order; a training call counts only in a runnable script."""
-    script = is_script(module)
-    optimizes = any(code_of(attr) == "torch.optim" for attr in descendants(module, cst.Attribute))
-    for node in descendants(module, (cst.Call, cst.For)):
+    script = is_script(facts.module)
+    optimizes = any(attr.attr.value == "optim" and code_of(attr) == "torch.optim" for attr in facts.attributes)
+    loops = [loop for loop in facts.loops if isinstance(loop, cst.For)]
+    for node in sorted((*facts.calls, *loops), key=lambda node: facts.order.get(node, 0)):
         if isinstance(node, cst.For):
             if manual_update_parameters(node) is not None:
                 return Signal("a hand-written parameter update", node)
@@ -242,24 +242,25 @@ def _uses_torch_distributed(imports: Dict[str, str]) -> bool:
     return any(source.startswith("torch.distributed") for source in imports.values())
 
 
-def _sets_up_training(module: cst.Module, imports: Dict[str, str]) -> bool:
+def _sets_up_training(calls, imports: Dict[str, str]) -> bool:
     """Does this module build what it trains with: a DataLoader, or an optimizer? A helper that is
     handed a loss and an optimizer (`NativeScaler.__call__`, an optimizer wrapper's `step`, a
     trainer class given its loader) has nothing to migrate: its caller does."""
-    for call in descendants(module, cst.Call):
+    for call in calls:
         name = attribute_name(call.func) or (call.func.value if isinstance(call.func, cst.Name) else "")
         head = code_of(call.func).split(".")[0]
         if name in ("DataLoader", "DataParallel", "configure_optimizers") or imports.get(head, "").startswith("torch.optim"):
             return True
-        # `torch.optim.SGD(...)`, `getattr(torch.optim, name)(...)`, `get_instance(torch.optim, ...)`
-        if any(code_of(part).startswith("torch.optim") for part in (call.func, *(arg.value for arg in call.args))):
+        # `torch.optim.SGD(...)`, `getattr(torch.optim, name)(...)`, `get_instance(torch.optim, ...)`; not
+        # `isinstance(x, torch.optim.Optimizer)` (an optimizer wrapper checking what it is given)
+        if code_of(call.func).startswith("torch.optim") or any(code_of(arg.value) == "torch.optim" for arg in call.args):
             return True
     return False
 
 
 # -- why -------------------------------------------------------------------------------------
 def _reason(facts: ScriptFacts, imports: Dict[str, str], signal: Signal) -> str:
-    elsewhere = _training_elsewhere(facts.module, imports)
+    elsewhere = _training_elsewhere(facts, imports)
     if elsewhere:
         return elsewhere
     if not is_script(facts.module):
@@ -267,7 +268,7 @@ def _reason(facts: ScriptFacts, imports: Dict[str, str], signal: Signal) -> str:
             "no entry point in this module (no main guard, no module-level training): the model and its "
             "optimizer come from the caller; run ddp-migrate on the script that builds them, or migrate by hand"
         )
-    built = _built_by_project(facts.module, imports)
+    built = _built_by_project(facts, imports)
     if built:
         return (
             f"no model could be traced from a torch.optim optimizer or a `model.parameters()` update to the "
@@ -283,12 +284,12 @@ def _reason(facts: ScriptFacts, imports: Dict[str, str], signal: Signal) -> str:
 _MODEL_METHODS = ("cuda", "to", "train", "eval", "parameters", "state_dict", "module")
 
 
-def _built_by_project(module: cst.Module, imports: Dict[str, str]) -> Optional[str]:
+def _built_by_project(facts: ScriptFacts, imports: Dict[str, str]) -> Optional[str]:
     """`model = create_model(opt)` with `create_model` from the project's `models.models`, and
     `model` used as a module here: "the model `model` comes from `create_model(opt)` in module
     `models.models`" (the first such, in source order)."""
-    used = {code_of(a.value) for a in descendants(module, cst.Attribute) if a.attr.value in _MODEL_METHODS}
-    for assign in descendants(module, cst.Assign):
+    used = {code_of(a.value) for a in facts.attributes if a.attr.value in _MODEL_METHODS}
+    for assign in facts.assigns:
         if not (isinstance(assign.value, cst.Call) and len(assign.targets) == 1):
             continue
         target = code_of(assign.targets[0].target)
@@ -300,14 +301,14 @@ def _built_by_project(module: cst.Module, imports: Dict[str, str]) -> Optional[s
     return None
 
 
-def _training_elsewhere(module: cst.Module, imports: Dict[str, str]) -> Optional[str]:
+def _training_elsewhere(facts: ScriptFacts, imports: Dict[str, str]) -> Optional[str]:
     """Name the imported module that builds the model, the optimizer or runs the training.
 
     `agent.learn(mem)` / `trainer.fit()` come before a bare `model.train()` (which only sets the
     training mode of something built elsewhere), and both before an imported `train(...)` function.
     """
-    builders = _constructors(module)
-    calls = list(descendants(module, cst.Call))
+    builders = _constructors(facts.assigns)
+    calls = list(facts.calls)
     # `trainer = Trainer(config, model, data)` from the project, then `trainer.run()`: that module
     # trains, whatever its method is called (minGPT's Trainer.run, a Solver.solve).
     for call in reversed(calls):  # the last call on it runs the training (`trainer.run()` after set-up calls)
@@ -342,10 +343,10 @@ def _training_elsewhere(module: cst.Module, imports: Dict[str, str]) -> Optional
     return None
 
 
-def _constructors(module: cst.Module) -> Dict[str, str]:
+def _constructors(assigns) -> Dict[str, str]:
     """`agent = Agent(...)` / `self.trainer = Trainer(...)`: receiver -> the name of what built it."""
     found: Dict[str, str] = {}
-    for assign in descendants(module, cst.Assign):
+    for assign in assigns:
         if isinstance(assign.value, cst.Call) and len(assign.targets) == 1:
             func = assign.value.func
             head = func.value if isinstance(func, cst.Name) else code_of(func).split(".")[0]
@@ -362,10 +363,10 @@ def _origin(name: str, imports: Dict[str, str]) -> Optional[str]:
     return source
 
 
-def _imported_modules(module: cst.Module) -> Dict[str, str]:
+def _imported_modules(statements) -> Dict[str, str]:
     """Local name -> the module it comes from (`from agent import Agent` -> {"Agent": "agent"})."""
     found: Dict[str, str] = {}
-    for node in descendants(module, (cst.Import, cst.ImportFrom)):
+    for node in statements:
         if isinstance(node, cst.Import):
             for alias in node.names:
                 dotted = code_of(alias.name)

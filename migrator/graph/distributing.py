@@ -1,4 +1,4 @@
-"""Helpers in the project's own modules: what `utils.init_distributed_mode(args)` does.
+"""Helpers in the project's own modules that distribute: what `utils.init_distributed_mode(args)` does.
 
 Each module is read and summarised once per process (migrator.graph.modules); the answer for a
 name is worked out on first use and kept, so a helper calling helpers of the same module, names
@@ -8,9 +8,9 @@ imports answers "nothing" for the name being worked out.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
-from migrator.graph.modules import ModuleSummary, lookup
+from migrator.graph.modules import INDEX, NOT_PROJECT_PACKAGES, ModuleSummary, absolute, import_lines, lookup
 
 # What a helper in another module calls when it sets up distribution (read from its text, so
 # by the last name of the call: `dist.init_process_group`, `DistributedDataParallel(...)`).
@@ -47,6 +47,8 @@ def _does(roots: Roots, module: ModuleSummary, name: str) -> Optional[str]:
 
 
 def _work_out(roots: Roots, module: ModuleSummary, name: str) -> Optional[str]:
+    if not _may_distribute(roots, module):
+        return None  # nothing it can reach names a setup call: answered without parsing anything
     if name in module.definitions:
         called = module.calls(name)
         direct = _direct(called)
@@ -70,6 +72,34 @@ def _work_out(roots: Roots, module: ModuleSummary, name: str) -> Optional[str]:
         if why:
             return why
     return None
+
+
+_REACH: Dict[Tuple[Roots, str], bool] = {}
+_SETUP_WORDS = (*_SETUP_CALLS, "spawn")
+
+
+def _may_distribute(roots: Roots, module: ModuleSummary) -> bool:
+    """Can anything in `module` lead to a setup call: its own text names one, or a project module
+    it imports can (import lines read from the text; each module is looked at once). A model or
+    layer file that imports only other such files cannot, and is never parsed for the question."""
+    key = (roots, module.path)
+    if key not in _REACH:
+        _REACH[key] = False  # an import cycle reaches nothing new
+        _REACH[key] = any(word in module.text for word in _SETUP_WORDS) or any(
+            _may_distribute(roots, imported) for imported in _imported_modules(roots, module)
+        )
+    return _REACH[key]
+
+
+def _imported_modules(roots: Roots, module: ModuleSummary) -> Iterator[ModuleSummary]:
+    for line in import_lines(module.text):
+        base = absolute(line.level, line.module, module.package)
+        if base is None or base.split(".")[0] in NOT_PROJECT_PACKAGES:
+            continue
+        for dotted in (base, *(f"{base}.{name}" for name in line.names)):
+            found = INDEX.module(roots, dotted)
+            if found is not None and found.path != module.path:
+                yield found
 
 
 def _direct(called: Tuple[str, ...]) -> Optional[str]:
