@@ -20,6 +20,7 @@ from migrator.options import Options
 from migrator.triage import DISTRIBUTED, ENGINE, verdict
 from migrator.rules import FIXERS, REPORTERS, rules_in_scope
 from migrator.rules.launch_calls import RULE as LAUNCH_IN_PYTHON
+from migrator.rules.rank_names import name_rank_checks
 from migrator.types import Change, Result
 
 
@@ -69,6 +70,7 @@ def _migrate(source: str, options: Options, rewrite: bool = True, context: Optio
     for rule, planner in FIXERS:
         if rule.code in fixes:
             planner(facts, plan)
+    name_rank_checks(facts, plan, source)
     for _, reporter in REPORTERS:
         reporter(facts, plan)  # what it reports is filtered by code below, like every diagnostic
     diagnostics = tuple(d for d in plan.diagnostics if options.enabled(d.code) and (scope is None or d.code in scope))

@@ -189,8 +189,10 @@ def mentions_cuda(test: cst.BaseExpression) -> bool:
 
 
 def mentions_rank(test: cst.BaseExpression) -> bool:
-    """`rank == 0`, `dist.get_rank() == 0`, `args.local_rank in [-1, 0]`, `is_main_process()`..."""
-    return any("rank" in word or "main_process" in word or "is_master" in word for word in _identifiers(test))
+    """`rank == 0`, `dist.get_rank() == 0`, `args.local_rank in [-1, 0]`, `is_main_process()`, `is_main`..."""
+    return any(
+        "rank" in word or "main_process" in word or "is_master" in word or word == "is_main" for word in _identifiers(test)
+    )
 
 
 def is_gpu_count_test(test: cst.BaseExpression) -> bool:

@@ -80,6 +80,7 @@ _DISTRIBUTED_BUG_SHAPES: Tuple[_Shape, ...] = (
     ("rank", re.compile(r"^[ \t]*(?:el)?if\b.*rank")),
     ("main_process", re.compile(r"^[ \t]*(?:el)?if\b.*main_process")),
     ("is_master", re.compile(r"^[ \t]*(?:el)?if\b.*is_master")),
+    ("is_main", re.compile(r"^[ \t]*(?:el)?if\b.*\bis_main\b")),
 )
 _PARAMETER_LOOP = re.compile(r"\bfor\s+(\w+)\s+in\s+.*\bparameters\s*\(")  # a hand-written update reads p.grad
 # a main guard, a loop at module level, or a backward pass or a step at module level (a flat script)

@@ -249,10 +249,11 @@ if __name__ == "__main__":
         dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
     try:
         model = main(2)
-        if dist.get_rank() == 0:
+        is_main = dist.get_rank() == 0
+        if is_main:
             torch.save(model.module.state_dict(), "short.pth")
         model = main(10)
-        if dist.get_rank() == 0:
+        if is_main:
             torch.save(model.module.state_dict(), "long.pth")
     finally:
         dist.destroy_process_group()
