@@ -13,6 +13,8 @@ from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence,
 
 import libcst as cst
 
+from migrator import names as N
+
 from migrator.types import Change, Diagnostic
 
 Replacer = Callable[[cst.CSTNode], Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]]
@@ -30,6 +32,9 @@ class Plan:
     # block run under the `with`; the header is a function of that node as the other edits left it
     wrap_with: Dict[cst.CSTNode, List[Tuple[cst.CSTNode, cst.CSTNode, Callable[[cst.CSTNode], str], cst.CSTNode]]] = field(default_factory=dict)
     guards: Dict[cst.CSTNode, str] = field(default_factory=dict)  # statement -> condition it runs under
+    # main guard -> first statement: the module's statements from that one to the guard (with what
+    # is inserted before it, definitions and imports aside) move to the top of the guard's body
+    hoists: Dict[cst.CSTNode, cst.CSTNode] = field(default_factory=dict)
     imports: List[Tuple[str, Optional[str], Optional[str]]] = field(default_factory=list)  # module, obj, asname
     unused_imports: List[Tuple[str, str, Optional[str]]] = field(default_factory=list)
     changes: List[Change] = field(default_factory=list)
@@ -63,13 +68,16 @@ class Plan:
         """Run `statement` only when `condition` holds; neighbours with the same condition share one `if`."""
         self.guards.setdefault(statement, condition)
 
+    def hoist_into(self, guard: cst.CSTNode, first: cst.CSTNode) -> None:
+        self.hoists[guard] = first
+
     def need_import(self, module: str, obj: Optional[str] = None, asname: Optional[str] = None) -> None:
         if (module, obj, asname) not in self.imports:
             self.imports.append((module, obj, asname))
 
     @property
     def empty(self) -> bool:
-        return not (self.replacements or self.before or self.after or self.wrap_tail or self.guards or self.wrap_with)
+        return not (self.replacements or self.before or self.after or self.wrap_tail or self.guards or self.wrap_with or self.hoists)
 
 
 class _Applier(cst.CSTTransformer):
@@ -81,7 +89,7 @@ class _Applier(cst.CSTTransformer):
         self.produced: Dict[cst.CSTNode, cst.CSTNode] = {}  # original statement -> updated statement
         self.wrap_firsts: Set[cst.CSTNode] = {first for first, _ in plan.wrap_tail.values()} | {
             node for ranges in plan.wrap_with.values() for first, last, _, source in ranges for node in (first, last, source)
-        }
+        } | {node for pair in plan.hoists.items() for node in pair}
         self.guarded: Dict[cst.CSTNode, str] = {}  # updated statement -> its condition
 
     def on_visit(self, node: cst.CSTNode) -> bool:
@@ -94,6 +102,8 @@ class _Applier(cst.CSTTransformer):
             result = replacer(result)  # type: ignore[assignment]
         if self.guarded and isinstance(result, (cst.IndentedBlock, cst.Module)):
             result = self._merge_guards(result)
+        if self.plan.hoists and isinstance(result, cst.Module):
+            result = self._hoist(result)
         if original in self.plan.wrap_with:
             result = self._wrap_with(original, result)
         if original in self.plan.wrap_tail:
@@ -131,6 +141,26 @@ class _Applier(cst.CSTTransformer):
             merged.append(_if_block(condition, [_shift_continuations(s, self.indent) for s in run]))
         return block.with_changes(body=merged)
 
+    def _hoist(self, module: cst.Module) -> cst.Module:
+        for guard, first in self.plan.hoists.items():
+            body = list(module.body)
+            at_guard = _index_of(body, self.produced.get(guard))
+            start = _index_of(body, self.produced.get(first))
+            if at_guard is None or start is None or start > at_guard:
+                continue  # an edit replaced one of them: the set-up stays at module level, as for a flat script
+            inserted = self.plan.before.get(first, [])
+            while start > 0 and any(body[start - 1] is statement for statement in inserted):
+                start -= 1  # the setup goes with the first statement it was put before
+            moving = [s for s in body[start:at_guard] if not N.stays_at_module_level(s)]
+            staying = [s for s in body[start:at_guard] if N.stays_at_module_level(s)]
+            moved = [_shift_continuations(_one_blank_line(_unindent_blank_lines(s)), self.indent) for s in moving]
+            if moved:
+                moved[0] = moved[0].with_changes(leading_lines=[l for l in moved[0].leading_lines if l.comment is not None])
+            target = body[at_guard]
+            target = target.with_changes(body=target.body.with_changes(body=[*moved, *target.body.body]))
+            module = module.with_changes(body=[*body[:start], *staying, target, *body[at_guard + 1:]])
+        return module
+
     def _wrap_with(self, original: cst.CSTNode, updated):
         body = list(updated.body)
         for first, last, header, source in self.plan.wrap_with[original]:
@@ -164,6 +194,27 @@ class _Applier(cst.CSTTransformer):
             leading_lines=leading,
         )
         return updated.with_changes(body=[*body[:start], wrapped])
+
+
+def _index_of(body: List[cst.CSTNode], node: Optional[cst.CSTNode]) -> Optional[int]:
+    """Where `node` is in `body`: itself, or inside the `if` a guard put it in."""
+    if node is None:
+        return None
+    for index, statement in enumerate(body):
+        if statement is node or isinstance(statement, cst.If) and any(s is node for s in getattr(statement.body, "body", ())):
+            return index
+    return None
+
+
+def _one_blank_line(statement):
+    """Module-level code moved into a block keeps at most one blank line above each statement (the
+    two around top-level definitions read as a gap in a block)."""
+    lines, blank = [], 0
+    for line in statement.leading_lines:
+        blank = blank + 1 if line.comment is None else 0
+        if blank <= 1:
+            lines.append(line)
+    return statement.with_changes(leading_lines=lines)
 
 
 def _unindent_blank_lines(statement):

@@ -348,3 +348,14 @@ def is_legacy_launch_module(dotted: str) -> bool:
     """`torch.distributed.launch` (and its submodules); not `torch.distributed.launcher`, the
     elastic API torchrun itself is built on."""
     return dotted == "torch.distributed.launch" or dotted.startswith("torch.distributed.launch.")
+
+
+def stays_at_module_level(statement: cst.CSTNode) -> bool:
+    """Definitions, imports and bare strings: what a move into the main guard leaves where it is."""
+    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+        return True
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(small, (cst.Import, cst.ImportFrom))
+        or isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString))
+        for small in statement.body
+    )

@@ -145,6 +145,8 @@ def module_level_device_statement(self, entry: Optional[EntryPoint]) -> Optional
         if self.parent(statement) is self.module and any(
             literal in self.c.device_strings for literal in _strings_in(statement)
         ):
+            if self.scope_of(entry.anchor) is self.module and self.c.order.get(statement, 0) >= self.c.order.get(entry.anchor, 0):
+                return None  # after the setup, which defines local_rank (module-level work moved into the guard)
             return statement
     return None
 

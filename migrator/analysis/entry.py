@@ -91,6 +91,106 @@ def import_time_model(self, guard: Optional[cst.If], models: Tuple[ModelFact, ..
         None,
     )
 
+def hoist_into_guard(self, guard: Optional[cst.If], models: Tuple[ModelFact, ...]) -> Optional[Tuple[EntryPoint, Statement]]:
+    """The entry point of a script whose module-level set-up moves into its main guard (see
+    guard_hoist), and the first statement that moves."""
+    module_level = [m_.definition for m_ in models if m_.definition is not None and self.parent(m_.definition) is self.module]
+    if guard is None or not module_level:
+        return None
+    found = self.guard_hoist(guard, module_level[0])
+    if found is None or any(definition not in found[1] for definition in module_level):
+        return None
+    first, _ = found
+    body = list(guard.body.body)
+    training = next((s for s in body if self.holds_loop(s)), body[0])
+    return EntryPoint("guard", guard.body, first, training, self.module, None), first
+
+
+def guard_hoist(self, guard: Optional[cst.If], model_statement: Statement) -> Optional[Tuple[Statement, Tuple[Statement, ...]]]:
+    """A script that parses its arguments at module level, builds its model (and loaders) there,
+    and trains in its main guard (pytorch/examples' VAE): the module-level work after the parsing
+    moves into the guard, after the setup, so DataLoader workers that re-import the script
+    (spawn, forkserver) never join the process group or build a DDP model. Such a module cannot be
+    imported without its command line anyway, so nothing that imports it loses a name it had.
+
+    Returns the first statement that moves (the setup goes before it) and every statement that
+    moves, or None when moving could change what runs: a definition after them that reads one
+    of their names when it is defined (a decorator, a default, a base class, a class body), one
+    they rebind, an import among them (a `sys.path` change before it must stay first), code after
+    the guard, or no parsing at module level before the model."""
+    body = list(self.module.body)
+    if guard is None or guard not in body or model_statement not in body:
+        return None
+    parsed = next((i for i, statement in enumerate(body) if _parses_arguments(statement)), None)
+    model_at, guard_at = body.index(model_statement), body.index(guard)
+    if parsed is None or not parsed < model_at < guard_at:
+        return None
+    if any(not N.stays_at_module_level(statement) for statement in body[guard_at + 1:]):
+        return None
+    moved = tuple(s for s in body[parsed + 1:guard_at] if not N.stays_at_module_level(s))
+    if not moved or any(_is_import(s) for s in moved):
+        return None
+    names = _assigned_names(moved)
+    first = body.index(moved[0])
+    for statement in body[first:guard_at]:
+        if N.stays_at_module_level(statement) and not _is_import(statement):
+            if getattr(statement, "name", None) is not None and statement.name.value in names:
+                return None
+            if _definition_time_names(statement) & names:
+                return None
+    return moved[0], moved
+
+
+def _is_import(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body
+    )
+
+
+def _assigned_names(statements) -> Set[str]:
+    """Every name in the statements' targets (`a, b.x, d[k] = ...` gives a, b, d, k): more than
+    they bind, which only makes a move rarer."""
+    found: Set[str] = set()
+    for statement in statements:
+        for node in descendants(statement, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.WithItem, cst.NamedExpr, cst.CompFor)):
+            target = node.asname.name if isinstance(node, cst.WithItem) and node.asname else getattr(node, "target", None)
+            if isinstance(node, cst.WithItem) and not node.asname:
+                continue
+            if target is not None:
+                found.update(n.value for n in descendants(target, cst.Name))
+                if isinstance(target, cst.Name):
+                    found.add(target.value)
+    return found
+
+
+def _definition_time_names(statement: cst.CSTNode) -> Set[str]:
+    """The names a def or class reads when it is defined, not when it is called."""
+    found: Set[str] = set()
+    if isinstance(statement, cst.FunctionDef):
+        parts = [d.decorator for d in statement.decorators]
+        parts += [p.default for p in _parameters(statement) if p.default is not None]
+        parts += [p.annotation for p in _parameters(statement) if p.annotation is not None]
+        if statement.returns is not None:
+            parts.append(statement.returns)
+        for part in parts:
+            found |= _referenced_names(part)
+    elif isinstance(statement, cst.ClassDef):
+        for part in [*(d.decorator for d in statement.decorators), *(a.value for a in statement.bases), *(a.value for a in statement.keywords)]:
+            found |= _referenced_names(part)
+        for inner in getattr(statement.body, "body", ()):
+            if isinstance(inner, (cst.FunctionDef, cst.ClassDef)):
+                found |= _definition_time_names(inner)
+            else:
+                found |= _referenced_names(inner)
+    return found
+
+
+def _parameters(fn: cst.FunctionDef):
+    params = fn.params
+    star = [params.star_arg] if isinstance(params.star_arg, cst.Param) else []
+    return [*params.posonly_params, *params.params, *star, *params.kwonly_params, *([params.star_kwarg] if params.star_kwarg else [])]
+
+
 def holds_loop(self, statement: cst.CSTNode) -> bool:
     """A loop, or a try/with/if around one (`try: for epoch ...: except KeyboardInterrupt:`)."""
     if isinstance(statement, (cst.For, cst.While)):

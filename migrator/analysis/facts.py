@@ -252,6 +252,9 @@ class ScriptFacts:
     attributes: Tuple[cst.Attribute, ...] = ()
     assigns: Tuple[cst.Assign, ...] = ()
     import_statements: Tuple[cst.CSTNode, ...] = ()  # Import and ImportFrom
+    # (main guard, first statement): the module-level set-up from that statement on moves into
+    # the guard, after the process group's setup (analysis.entry.guard_hoist)
+    hoisted_into_guard: Optional[Tuple[cst.If, Statement]] = None
 
     def line_col(self, node: cst.CSTNode) -> Tuple[int, int]:
         """1-based line and column, as editors and linters show them."""

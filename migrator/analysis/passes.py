@@ -92,7 +92,12 @@ class _Analysis:
         ddp_targets = self.ddp_wrapped_targets()
         models = self.trained_models(dp_sites, ddp_targets)
         import_time_model = self.import_time_model(guard, models)
-        entry = None if import_time_model is not None else self.entry_point(guard, models)
+        hoisted = self.hoist_into_guard(guard, models) if import_time_model is not None else None
+        if hoisted is not None:
+            import_time_model = None
+            entry = hoisted[0]
+        else:
+            entry = None if import_time_model is not None else self.entry_point(guard, models)
         device_var = self.entry_device_var(entry)
         cuda_calls = tuple(self.cuda_call(call) for call in self.c.cuda_calls if not self.is_chained_dp(call, dp_sites))
         device_var_needed = device_var is None and entry is not None and any(
@@ -134,6 +139,7 @@ class _Analysis:
             batch_scalings=self.batch_scalings(),
             visible_devices=self.visible_devices(),
             import_time_model=import_time_model,
+            hoisted_into_guard=(guard, hoisted[1]) if hoisted is not None else None,
             device_var_needed=device_var_needed,
             device_var=device_var,
             local_rank_at_module=self.module_level_device_statement(entry),
@@ -289,6 +295,8 @@ class _Analysis:
     # (functions in migrator/analysis/entry.py)
     entry_point = _entry.entry_point
     import_time_model = _entry.import_time_model
+    hoist_into_guard = _entry.hoist_into_guard
+    guard_hoist = _entry.guard_hoist
     holds_loop = _entry.holds_loop
     top_statement_in = _entry.top_statement_in
     reaches = _entry.reaches

@@ -136,9 +136,10 @@ class SaveFlow(FlowBase):
                 continue
             if any(self.a.is_inside(statement, loop) for loop in loops) or self.in_loader_function(statement, loaders):
                 found.append(statement)
-            elif self.entry_scope is not None and self.a.scope_of(statement) is self.entry_scope and not _per_rank(statement):
-                # One-off messages where training runs ("Resuming from ...", the final score): once,
-                # not once per rank. Those before the setup stay (the rule only guards after it).
+            elif self.entry_scope is not None and self.a.scope_of(statement) in (self.entry_scope, self.a.module) and not _per_rank(statement):
+                # One-off messages where training runs ("Resuming from ...", "Using device cuda", the
+                # final score) and at module level (run at import, in every worker): once, not once
+                # per rank. Before the setup (or after its teardown) torchrun's RANK says who is rank 0.
                 found.append(statement)
         return tuple(found)
 
@@ -262,8 +263,9 @@ def _bare_call(statement: cst.SimpleStatementLine, call: cst.Call) -> bool:
 
 
 def _per_rank(statement: cst.CSTNode) -> bool:
-    """A message about this process's own state (`print("device:", device)`): every rank says its own."""
-    return any("device" in name.value.lower() or "rank" in name.value.lower() for name in descendants(statement, cst.Name))
+    """A message about this process's rank (`print(f"rank {rank} ready")`): every rank says its own.
+    Its device is not one: `Using device: cuda:1` on every rank is noise."""
+    return any("rank" in name.value.lower() for name in descendants(statement, cst.Name))
 
 
 def _only_logs(fn: cst.FunctionDef) -> bool:

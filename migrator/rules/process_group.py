@@ -129,6 +129,8 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
         setup = LOCAL_RANK_COMMENT + LOCAL_RANK + setup
     statements = _build.statements(facts, setup, torch=names.torch, dist=names.dist, backend=_backend_name(facts))
     plan.insert_before(facts.entry.anchor, _build.set_apart(statements, facts.entry.anchor))
+    if facts.hoisted_into_guard is not None:
+        plan.hoist_into(*facts.hoisted_into_guard)
     if names.os_import_needed:
         plan.need_import("os")
     if names.torch_import_needed:

@@ -18,6 +18,7 @@ never what runs.
 """
 from __future__ import annotations
 
+import functools
 import re
 from collections import defaultdict
 from typing import Dict, List, Optional
@@ -51,7 +52,7 @@ def name_rank_checks(facts: ScriptFacts, plan: Plan, source: str) -> None:
         anchor = _anchor(facts, statements)
         if anchor is None or not _after_setup(facts, anchor):
             continue
-        plan.insert_before(anchor, _build.statements(facts, f"{name} = {condition}\n"))
+        _insert_before(plan, anchor, _build.statements(facts, f"{name} = {condition}\n"))
         for statement in statements:
             plan.guards[statement] = name
 
@@ -104,6 +105,22 @@ def _after_setup(facts: ScriptFacts, anchor: cst.CSTNode) -> bool:
     if facts.owner_of(anchor) is not entry.scope:
         return facts.after_setup(anchor)  # a function called once the process group exists
     return facts.order.get(anchor, 0) >= facts.order.get(entry.anchor, 0)
+
+
+def _insert_before(plan: Plan, anchor: cst.CSTNode, statements: List[cst.BaseStatement]) -> None:
+    """The blank lines above the anchor go above the new line, which then reads as the block's first."""
+    blank = list(getattr(anchor, "leading_lines", ()))
+    count = next((i for i, line in enumerate(blank) if line.comment is not None), len(blank))
+    if count and not plan.before.get(anchor):
+        statements[0] = statements[0].with_changes(leading_lines=blank[:count])
+        plan.replace(anchor, functools.partial(_without_blank_lines, count=count))
+    plan.insert_before(anchor, statements)
+
+
+def _without_blank_lines(node, count: int):
+    if not isinstance(node, cst.BaseStatement) or len(node.leading_lines) < count:
+        return node  # another edit replaced the statement: its lines are its own
+    return node.with_changes(leading_lines=node.leading_lines[count:])
 
 
 def _free_name(source: str) -> Optional[str]:

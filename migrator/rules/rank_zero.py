@@ -259,9 +259,11 @@ def plan_logging(facts: ScriptFacts, plan: Plan) -> None:
     if not needs_setup(facts):
         return
     for statement in facts.log_statements:
-        if statement in plan.guards or not facts.after_setup(statement):
+        if statement in plan.guards:
             continue
-        plan.guard(statement, condition(facts))
+        # Before the setup there is no process group to ask (and after the entry point returns it
+        # is gone): torchrun's RANK says who is rank 0 there.
+        plan.guard(statement, condition(facts) if facts.after_setup(statement) else ENV_RANK_ZERO)
         line, col = facts.line_col(statement)
         plan.changes.append(Change(LOGGING.code, line, col, "progress printed on rank 0 only"))
     for call in facts.progress_bars:
