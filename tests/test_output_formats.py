@@ -55,7 +55,7 @@ SUMMARY_KEYS = {"files", "changed", "unchanged", "needs_human", "failed", "skipp
 
 
 def _validate(document: Dict[str, Any]) -> None:
-    """The schema documented in README.md ("Output formats")."""
+    """The schema documented in docs/cli.md ("Output formats")."""
     assert set(document) == {"version", "files", "skipped", "notes", "summary"}
     assert document["version"] == JSON_VERSION == 1
     for entry in document["files"]:

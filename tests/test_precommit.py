@@ -20,8 +20,9 @@ import shutil
 import stat
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
-from typing import Dict, Iterable, List, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 import pytest
 
@@ -29,6 +30,7 @@ from migrator import files
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / ".pre-commit-hooks.yaml"
+README = ROOT / "README.md"
 
 pytestmark = [
     pytest.mark.skipif(
@@ -214,17 +216,17 @@ class Project:
 
 @pytest.fixture
 def make_project(tmp_path, hooks_repo, pre_commit_home):
-    def make(*hook_ids: str, extra: str = "") -> Project:
-        """A project using `hook_ids`, plus `extra`: more hook entries, as YAML at the hooks' indentation."""
+    def make(*hook_ids: str, extra: str = "", config: Optional[str] = None) -> Project:
+        """A project using `hook_ids`, plus `extra`: more hook entries, as YAML at the hooks' indentation.
+        `config` is a whole .pre-commit-config.yaml to use instead (the README's, say)."""
         repo_path, sha = hooks_repo
         env = _env(pre_commit_home)
         project = Project(tmp_path / "project", env)
         _init_repo(project.path, env)
-        hooks = "".join(f"      - id: {hook_id}\n" for hook_id in hook_ids) + extra
-        project.write(
-            ".pre-commit-config.yaml",
-            f"repos:\n  - repo: {json.dumps(str(repo_path))}\n    rev: {sha}\n    hooks:\n{hooks}",
-        )
+        if config is None:
+            hooks = "".join(f"      - id: {hook_id}\n" for hook_id in hook_ids) + extra
+            config = f"repos:\n  - repo: {json.dumps(str(repo_path))}\n    rev: {sha}\n    hooks:\n{hooks}"
+        project.write(".pre-commit-config.yaml", config)
         proc = _run([sys.executable, "-m", "pre_commit", "install"], project.path, env)
         assert proc.returncode == 0, proc.stdout
         _git(project.path, env, "add", "-A")
@@ -232,6 +234,21 @@ def make_project(tmp_path, hooks_repo, pre_commit_home):
         return project
 
     return make
+
+
+def _readme_config(marker: str) -> str:
+    """The README's ```yaml block that contains `marker`, verbatim: a .pre-commit-config.yaml."""
+    blocks = re.findall(r"(?ms)^```yaml\n(.*?)^```$", README.read_text(encoding="utf-8"))
+    (block,) = [block for block in blocks if marker in block]
+    return block
+
+
+def _scripts_dir() -> Path:
+    """The folder of this environment's console scripts: where `pip install` put `ddp-migrate`."""
+    for folder in (Path(sysconfig.get_path("scripts")), Path(sys.executable).parent):
+        if (folder / ("ddp-migrate.exe" if os.name == "nt" else "ddp-migrate")).is_file():
+            return folder
+    pytest.skip("the ddp-migrate console script is not installed in this environment (pip install -e .)")
 
 
 def _hook_line(name: str, verdict: str) -> str:
@@ -445,6 +462,63 @@ def test_extension_less_shell_scripts_with_the_readme_override(make_project):
     assert re.search(r"(?m)^scripts/launch:3:1: DDP201\b", output), output
     for name in ("scripts/serve", "scripts/legacy", "LICENSE"):
         assert name not in output, (name, output)
+
+
+# --------------------------------------------------------------------------- the README's configurations
+
+
+def test_readme_local_hooks_are_the_manifest_hooks():
+    """The README's `repo: local` hooks run what .pre-commit-hooks.yaml runs, on the same files."""
+    import yaml
+
+    (repo,) = yaml.safe_load(_readme_config("repo: local"))["repos"]
+    assert repo["repo"] == "local"
+    manifest = {hook["id"]: hook for hook in _manifest()}
+    assert [hook["id"] for hook in repo["hooks"]] == ["ddp-migrate-check", "ddp-migrate-launchers"]
+    for hook in repo["hooks"]:
+        upstream = manifest[hook["id"]]
+        assert hook["language"] == "system"
+        assert hook["entry"] == upstream["entry"] == "ddp-migrate --check --diff --force-exclude"
+        for key in ("name", "types", "files", "require_serial"):
+            assert hook[key] == upstream[key], (hook["id"], key)
+
+
+def test_readme_remote_hooks_are_in_the_manifest():
+    import yaml
+
+    text = _readme_config("rev:")
+    (repo,) = yaml.safe_load(text)["repos"]
+    assert "OWNER" in repo["repo"] and "replace OWNER" in text, "the repository must be a visible placeholder"
+    assert {hook["id"] for hook in repo["hooks"]} <= {hook["id"] for hook in _manifest()}
+
+
+def test_readme_local_hooks_block_a_single_gpu_script_and_pass_a_clean_commit(make_project):
+    """The README's `repo: local` block, verbatim, with the installed `ddp-migrate` on PATH."""
+    project = make_project(config=_readme_config("repo: local"))
+    project.env["PATH"] = os.pathsep.join([str(_scripts_dir()), project.env.get("PATH", os.defpath)])
+
+    before = project.head()
+    project.write("utils/stats.py", PLAIN_MODULE)
+    project.write("run.sh", CLEAN_LAUNCH_SCRIPT, executable=True)
+    project.write("README.md", "# project\n\n```bash\ntorchrun --nproc_per_node=8 train.py\n```\n")
+    status, output = project.commit("clean")
+    assert status == 0, output
+    assert project.head() != before
+    assert re.search(_hook_line("ddp-migrate (check)", "Passed"), output), output
+    assert re.search(_hook_line("ddp-migrate launchers (check)", "Passed"), output), output
+
+    before = project.head()
+    project.write("train.py", SINGLE_GPU_SCRIPT)
+    project.write("jobs/run.sh", LAUNCH_SCRIPT, executable=True)
+    status, output = project.commit("add training script")
+    assert status != 0, output
+    assert project.head() == before, "the commit went through"
+    assert re.search(_hook_line("ddp-migrate (check)", "Failed"), output), output
+    assert re.search(_hook_line("ddp-migrate launchers (check)", "Failed"), output), output
+    assert re.search(r"(?m)^train\.py:9:\d+: DDP003\b", output), output
+    assert re.search(r"(?m)^jobs/run\.sh:3:1: DDP201\b", output), output
+    assert "+    model = DDP(model" in output  # the diff
+    assert (project.path / "train.py").read_text() == SINGLE_GPU_SCRIPT  # a check writes nothing
 
 
 def test_project_excludes_apply_to_the_files_pre_commit_names(make_project):
