@@ -38,8 +38,9 @@ def test_dataparallel_script_keeps_the_global_batch_by_default():
     result = migrate(DATAPARALLEL)
     changes, diagnostics = _codes(result)
     assert "DDP019" in changes and "DDP120" not in diagnostics
-    assert "batch_size=batch_size // dist.get_world_size()" in result.code
-    assert "if batch_size % dist.get_world_size():" in result.code
+    assert "batch_size=max(1, batch_size // dist.get_world_size())" in result.code
+    assert "if batch_size % dist.get_world_size() and dist.get_rank() == 0:" in result.code
+    assert "SystemExit" not in result.code  # never refused
     message = next(c.message for c in result.changes if c.code == "DDP019")
     assert "the default for a DataParallel script" in message
 
@@ -67,8 +68,8 @@ def test_a_batch_size_in_a_kwargs_dict_is_split_in_the_call():
         "    loader = DataLoader(TensorDataset(torch.randn(64, 4)), **train_kwargs)\n",
     )
     result = migrate(source, Options(batch="global"))
-    assert '**{**train_kwargs, "batch_size": train_kwargs.get("batch_size", 1) // dist.get_world_size()}' in result.code
-    assert 'if train_kwargs.get("batch_size", 1) % dist.get_world_size():' in result.code
+    assert '**{**train_kwargs, "batch_size": max(1, train_kwargs.get("batch_size", 1) // dist.get_world_size())}' in result.code
+    assert 'if train_kwargs.get("batch_size", 1) % dist.get_world_size() and dist.get_rank() == 0:' in result.code
     compile(result.code, "train.py", "exec")
 
 
@@ -115,11 +116,19 @@ def test_global_batch_is_the_original_batch_under_torchrun(tmp_path):
 
 @needs_torch
 @pytest.mark.runtime
-def test_a_batch_the_world_does_not_divide_stops_at_start_up(tmp_path):
+def test_a_batch_the_world_does_not_divide_rounds_down_and_says_so_once(tmp_path):
+    """128 on 3 GPUs must not refuse to start: each rank loads 10 // 3 = 3, every rank takes the
+    same number of steps, and only rank 0 says what the global batch became."""
     from runtime_probe.harness import run_torchrun
+    from runtime_probe.checks import assert_clean_exit
 
     case = next(c for c in fixture_cases.discover() if c.name == "dataparallel_nn_alias")
     report = run_torchrun(case.expected_path, tmp_path, args=[*case.args, "--batch-size", "10"], nproc=3,
                           script_name="train.py", label="batch 10 over 3 processes")
-    assert report.returncode not in (0, None)
-    assert "batch size 10 does not split evenly over 3 processes" in report.stderr + report.stdout
+    assert_clean_exit(report)
+    output = report.stderr + report.stdout
+    assert output.count("batch size 10 does not split evenly over 3 processes: each loads 3, a global batch of 9") == 1, output
+    sharded = [next(l for l in report.loaders(rank) if report.sampler(rank, l) is not None) for rank in report.ranks]
+    assert [loader["batch_size"] for loader in sharded] == [3, 3, 3]
+    steps = {sum(it["batches"] for it in loader["iterations"]) for loader in sharded}
+    assert len(steps) == 1, steps

@@ -23,6 +23,7 @@ property can fail. Deselect with `-m "not runtime"` for the fast suite.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import textwrap
 from pathlib import Path
@@ -117,6 +118,23 @@ def test_migrated_fixture_runs_as_plain_python(case: fixture_cases.FixtureCase,
     original = original_run(case, tmp_path_factory)
     print(f"{case.name}: plain run {plain.duration_s:.1f}s; same_saved_keys: "
           f"{assert_same_saved_keys(plain, original)}")  # shown with -rP
+
+
+def test_dataparallel_script_resumes_from_its_prefixed_checkpoint(tmp_path: Path) -> None:
+    """fixtures/dataparallel_resume_before_half: the wrap sits below the resume, so the load runs
+    on the bare model. The checkpoint the migrated script writes keeps DataParallel's `module.`
+    keys, and resuming from it under torchrun works (the load drops the prefix as it reads)."""
+    case = next(c for c in RUNTIME_CASES if c.name == "dataparallel_resume_before_half")
+    first = run_torchrun(case.migrated_script, tmp_path, args=["--epochs", "1"], script_name=SCRIPT_NAME,
+                         label="dataparallel_resume_before_half: first run")
+    assert_clean_exit(first)
+    saved = [save for rank in first.ranks for save in first.saves(rank)]
+    summaries = json.dumps([save.get("summary") for save in saved])
+    assert saved and "module.0.weight" in summaries and '"0.weight"' not in summaries, summaries
+    second = run_torchrun(case.migrated_script, tmp_path, args=["--epochs", "1", "--resume", "save_temp/checkpoint.th"],
+                          script_name=SCRIPT_NAME, label="dataparallel_resume_before_half: resumed")
+    assert_clean_exit(second)
+    assert second.stdout.count("=> resumed from epoch 1") == 1, second.stdout
 
 
 _ORIGINAL_REPORTS: Dict[str, RunReport] = {}

@@ -39,6 +39,7 @@ class LegacySetup:
     set_device: Tuple[cst.SimpleStatementLine, ...] = ()  # `torch.cuda.set_device(x)` with no CUDA check around
     nccl: Tuple[cst.SimpleString, ...] = ()  # the "nccl" literal given to init_process_group as its backend
     device_args: Tuple[cst.BaseExpression, ...] = ()  # DDP's device_ids=/output_device= values, unconditional
+    cuda_devices: Tuple[cst.Call, ...] = ()  # torch.device("cuda", args.local_rank) with no CPU fallback
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,30 @@ def _legacy_setup(analysis) -> Optional[LegacySetup]:
         if arg.keyword is not None and arg.keyword.value in ("device_ids", "output_device")
         and not isinstance(arg.value, cst.IfExp) and not N.is_name(arg.value, "None")
     ]
-    return LegacySetup(tuple(set_device), tuple(nccl), tuple(device_args))
+    cuda_devices = [call for call in analysis.calls(N.TORCH_DEVICE) if _cuda_only(analysis, call)]
+    return LegacySetup(tuple(set_device), tuple(nccl), tuple(device_args), tuple(cuda_devices))
+
+
+def _cuda_only(analysis, call: cst.Call) -> bool:
+    """`torch.device("cuda", n)`, `torch.device(f"cuda:{n}")`, `torch.device("cuda:%d" % n)`: a CUDA
+    device with nothing choosing the CPU around it (an `... if ... else` or an `if` on CUDA)."""
+    if not call.args or call.args[0].keyword is not None:
+        return False
+    first = call.args[0].value
+    if isinstance(first, cst.BinaryOperation):
+        first = first.left
+    if isinstance(first, cst.SimpleString):
+        text = str(first.evaluated_value)
+    elif isinstance(first, cst.FormattedString):
+        text = "".join(part.value for part in first.parts if isinstance(part, cst.FormattedStringText))
+    else:
+        return False
+    if text != "cuda" and not text.startswith("cuda:"):
+        return False
+    return not any(
+        isinstance(node, cst.IfExp) or isinstance(node, cst.If) and N.mentions_cuda(node.test)
+        for node in analysis.ancestors(call)
+    )
 
 
 def _signs(analysis, context: Optional[FileContext]) -> Iterator[Distributed]:

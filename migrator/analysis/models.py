@@ -108,9 +108,9 @@ def trained_models(self, dp_sites, ddp_targets: Set[str]) -> Tuple[ModelFact, ..
                 expr in (code_of(v) for v in self.c.trained_arguments.get(call, ())) for call in self.c.trained_moves
             )
             # A later move (`if args.half: model.half()`) pushed the wrap below a load that expected
-            # DataParallel's `module.` keys: that load now runs on the bare model, so the script's
-            # saves must drop the prefix too (DDP014), or it could not resume from its own checkpoints.
-            bare_loads = keyed_from is not None and wrap_after is not None and self.loads_between(expr, keyed_from, wrap_after)
+            # DataParallel's `module.` keys: that load now runs on the bare model, so it drops the
+            # prefix (DDP014) while the saves keep it, as before.
+            bare_loads = self.loads_between(expr, keyed_from, wrap_after) if keyed_from is not None and wrap_after is not None else ()
             models[expr] = ModelFact(
                 expr=expr,
                 optimizer_call=call,
@@ -454,16 +454,17 @@ def trained_through(self, name: str) -> bool:
     return False
 
 
-def loads_between(self, expr: str, start: Statement, end: Statement) -> bool:
-    """Does a statement from `start` to `end` (same block) load a state dict into `expr`?"""
+def loads_between(self, expr: str, start: Statement, end: Statement) -> Tuple[cst.Call, ...]:
+    """The calls loading a state dict into `expr` from `start` to `end` (same block)."""
     block = self.block_of(start)
     body = list(block.body) if block is not None else []  # type: ignore[union-attr]
     if start not in body or end not in body:
-        return False
-    return any(
-        attribute_name(call.func) == "load_state_dict" and code_of(call.func.value) == expr  # type: ignore[attr-defined]
+        return ()
+    return tuple(
+        call
         for statement in body[body.index(start) : body.index(end) + 1]
         for call in descendants(statement, cst.Call)
+        if attribute_name(call.func) == "load_state_dict" and code_of(call.func.value) == expr and call.args  # type: ignore[attr-defined]
     )
 
 

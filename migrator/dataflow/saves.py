@@ -130,11 +130,19 @@ class SaveFlow(FlowBase):
         for loop in self.c.loops:
             if isinstance(loop, cst.For) and any(_iterated(loop) == (l.target or "") for l in loaders):
                 loops.add(loop)
+        per_epoch = self.called_in(loops)
+        log_helpers = {fn for fn in self.c.functions if _only_logs(fn)}  # guarded where they are called
         found = []
         for statement in [*self.c.log_statements, *self.log_helper_calls()]:
             if self.under_rank_check(statement) or self.runs_shared_code(statement):
                 continue
-            if any(self.a.is_inside(statement, loop) for loop in loops) or self.in_loader_function(statement, loaders):
+            if self.a.enclosing_function(statement) in log_helpers:
+                continue
+            if (
+                any(self.a.is_inside(statement, loop) for loop in loops)
+                or self.in_loader_function(statement, loaders)
+                or any(fn in per_epoch for fn in self.a.ancestors(statement))
+            ):
                 found.append(statement)
             elif self.entry_scope is not None and self.a.scope_of(statement) in (self.entry_scope, self.a.module) and not _per_rank(statement):
                 # One-off messages where training runs ("Resuming from ...", "Using device cuda", the
@@ -142,6 +150,23 @@ class SaveFlow(FlowBase):
                 # per rank. Before the setup (or after its teardown) torchrun's RANK says who is rank 0.
                 found.append(statement)
         return tuple(found)
+
+    def called_in(self, loops: Set[cst.CSTNode]) -> Set[cst.CSTNode]:
+        """The file's functions a training loop calls by name (`train_iter(epoch, model, ...)`, a
+        full-batch step with no loader: what they print, they print every epoch), and those the
+        entry point calls (`test(model, ...)` after the loop: its score, once)."""
+        if self.entry_scope is None:
+            return set()
+        names = {
+            call.func.value
+            for call in self.c.calls
+            if isinstance(call.func, cst.Name) and call.func.value in self.functions
+            and (
+                self.a.scope_of(call) in (self.entry_scope, self.a.module)
+                or any(self.a.is_inside(call, loop) for loop in loops)
+            )
+        }
+        return {self.functions[name] for name in names}
 
     def log_helper_calls(self) -> List[cst.SimpleStatementLine]:
         """`log_string("epoch %d" % epoch)`, a function of this file that only logs and prints: its

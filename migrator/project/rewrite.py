@@ -233,12 +233,15 @@ class _Finder:
                                "process and the global batch grows with the number of processes; split it by hand")
             return ""
         size, world = source_of(argument.value), f"{self.names.dist}.get_world_size()"
+        per_process = f"max(1, {size} // {world})"
+        # Never refused (see migrator.rules.global_batch): rounded down, and rank 0 says so.
         check = cst.parse_statement(
-            f"if {sampler} is not None and {size} % {world}:  # the global batch is split over the processes\n"
-            f"    raise SystemExit(\"batch size %d does not split evenly over %d processes: pick one that divides it\" % ({size}, {world}))\n")
+            f"if {sampler} is not None and {size} % {world} and {self.names.dist}.get_rank() == 0:  # the global batch is split over the processes\n"
+            f"    print(\"batch size %d does not split evenly over %d processes: each loads %d, a global batch of %d\""
+            f" % ({size}, {world}, {per_process}, {per_process} * {world}))\n")
         self.plan.insert_before(statement, [check])
         self.plan.replace(argument, lambda updated: updated.with_changes(
-            value=cst.parse_expression(f"{source_of(updated.value)} // {world} if {sampler} is not None else {source_of(updated.value)}")))
+            value=cst.parse_expression(f"max(1, {source_of(updated.value)} // {world}) if {sampler} is not None else {source_of(updated.value)}")))
         return f"; batch size {size} kept as the global batch ({self.role.batch_why})"
 
     def _is_dataloader(self, call: cst.Call) -> bool:

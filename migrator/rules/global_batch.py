@@ -52,8 +52,9 @@ RULE = Rule(
     what="""
 With `--batch global` (the default for a DataParallel script, or `batch = "global"` in
 [tool.ddp-migrate]), each training DataLoader that gets a DistributedSampler loads
-`batch_size // world_size` samples per process, after a start-up check that the batch divides:
-`SystemExit` with the numbers when it does not. A batch size given by a name, an attribute, a
+`batch_size // world_size` samples per process (at least one). A world that does not divide the
+batch (128 on 3 GPUs) is never refused: each process loads 42, and rank 0 says so once at start-up,
+with the global batch that results (126). A batch size given by a name, an attribute, a
 subscript or a number is split where the loader is built; one in a `**loader_kwargs` dict is split
 in the call. `--batch per-process` (the default for a single-GPU script) leaves batch_size alone
 and reports DDP120.""",
@@ -62,7 +63,7 @@ DataParallel's batch already was the global one: it split `batch_size` over the 
 every process loads `batch_size`, so without the split one optimizer step sees N times the
 samples at the same learning rate and an epoch has N times fewer steps: the migrated run
 optimises something else than the original.""",
-    fix="`batch_size=args.batch_size // dist.get_world_size()`, after `if args.batch_size % dist.get_world_size(): raise SystemExit(...)`.",
+    fix="`batch_size=max(1, args.batch_size // dist.get_world_size())`; rank 0 says the global batch when the world does not divide it.",
     fix_safety="""
 Safe: the global batch, the number of steps per epoch and the learning rate's meaning stay as
 they were (the last partial batch may differ by the sampler's padding). A batch size computed by
@@ -95,9 +96,9 @@ def main(batch_size=32):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     dataset = TensorDataset(torch.randn(64, 4))
     sampler = DistributedSampler(dataset, shuffle=True)
-    if batch_size % dist.get_world_size():  # the global batch is split over the processes
-        raise SystemExit("batch size %d does not split evenly over %d processes: pick one that divides it" % (batch_size, dist.get_world_size()))
-    loader = DataLoader(dataset, batch_size=batch_size // dist.get_world_size(), sampler=sampler)
+    if batch_size % dist.get_world_size() and dist.get_rank() == 0:  # the global batch is split over the processes
+        print("batch size %d does not split evenly over %d processes: each loads %d, a global batch of %d" % (batch_size, dist.get_world_size(), max(1, batch_size // dist.get_world_size()), max(1, batch_size // dist.get_world_size()) * dist.get_world_size()))
+    loader = DataLoader(dataset, batch_size=max(1, batch_size // dist.get_world_size()), sampler=sampler)
     for epoch in range(2):
         sampler.set_epoch(epoch)
         for (x,) in loader:
@@ -233,9 +234,13 @@ def _split(facts: ScriptFacts, plan: Plan, loader: LoaderFact, why: str) -> None
     else:
         size = code_of(batch_argument(loader.call).value)  # type: ignore[union-attr]
         plan.replace(loader.call, lambda call: _split_argument(call, world))
+    # Never refused: a world that does not divide the batch rounds down per process (every rank
+    # still runs the same number of steps), and rank 0 says the global batch that results.
+    per_process = f"max(1, {size} // {world})"
     check = (
-        f"if {size} % {world}:  # the global batch is split over the processes\n"
-        f"\traise SystemExit(\"batch size %d does not split evenly over %d processes: pick one that divides it\" % ({size}, {world}))\n"
+        f"if {size} % {world} and {dist}.get_rank() == 0:  # the global batch is split over the processes\n"
+        f"\tprint(\"batch size %d does not split evenly over %d processes: each loads %d, a global batch of %d\""
+        f" % ({size}, {world}, {per_process}, {per_process} * {world}))\n"
     )
     plan.insert_before(loader.statement, _build.statements(facts, check))
     line, col = facts.line_col(loader.call)
@@ -249,7 +254,7 @@ def _split_argument(call: cst.Call, world: str) -> cst.Call:
     argument = batch_argument(call)
     args = list(call.args)
     index = next(i for i, arg in enumerate(args) if arg is argument)
-    value = cst.parse_expression(f"{code_of(argument.value)} // {world}")  # type: ignore[union-attr]
+    value = cst.parse_expression(f"max(1, {code_of(argument.value)} // {world})")  # type: ignore[union-attr]
     args[index] = args[index].with_changes(value=value)
     return call.with_changes(args=args)
 
@@ -258,6 +263,6 @@ def _split_kwargs(call: cst.Call, kwargs: str, size: str, world: str) -> cst.Cal
     args = list(call.args)
     for index, arg in enumerate(args):
         if arg.star == "**" and code_of(arg.value) == kwargs:
-            split = cst.parse_expression(f'{{**{kwargs}, "batch_size": {size} // {world}}}')
+            split = cst.parse_expression(f'{{**{kwargs}, "batch_size": max(1, {size} // {world})}}')
             args[index] = arg.with_changes(value=split)
     return call.with_changes(args=args)

@@ -27,13 +27,15 @@ In a script written for `python -m torch.distributed.launch` (it declares `--loc
 up its own process group): `torch.cuda.set_device(x)` outside any CUDA check goes under
 `if torch.cuda.is_available():`; an `init_process_group` backend of "nccl" becomes
 `"cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"`; DDP's `device_ids=[x]` and
-`output_device=x` become `... if torch.cuda.is_available() else None`. With no `set_epoch` anywhere,
+`output_device=x` become `... if torch.cuda.is_available() else None`; a device built for CUDA
+alone (`torch.device("cuda", args.local_rank)`, `torch.device(f"cuda:{args.local_rank}")`) becomes
+`... if torch.cuda.is_available() else torch.device("cpu")`. With no `set_epoch` anywhere,
 `loader.sampler.set_epoch(epoch)` goes first in the epoch loop of a loader built once with a
 DistributedSampler; a `torch.save` statement every rank reaches runs on rank 0 only.""",
     why="""
 Every other migrated script trains on a laptop under `torchrun --nproc_per_node=2` (gloo), which is
-how people debug before they rent GPUs; these three calls stop a legacy script there with a CUDA
-error. The two bugs train silently wrong (the same order every epoch) or race on one file.""",
+how people debug before they rent GPUs; these calls stop a legacy script there with a CUDA
+error ("Torch not compiled with CUDA enabled"). The two bugs train silently wrong (the same order every epoch) or race on one file.""",
     fix="The edits above; nothing else in the setup changes.",
     fix_safety="Safe: on a CUDA machine every edited expression evaluates to what it was before.",
     fixable=True,
@@ -118,6 +120,10 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
         backend = cst.parse_expression(f'{literal.quote}cpu:gloo,cuda:nccl{literal.quote} if {cuda} else {literal.quote}gloo{literal.quote}')
         plan.replace(literal, lambda _, new=backend: new)
         _change(facts, plan, literal, 'backend "cpu:gloo,cuda:nccl" with CUDA, "gloo" without')
+    for call in legacy.cuda_devices:
+        plan.replace(call, lambda node: cst.parse_expression(
+            f'{code_of(node)} if {cuda} else {facts.names.torch}.device("cpu")'))
+        _change(facts, plan, call, "the CUDA device only with CUDA, the CPU without")
     for value in legacy.device_args:
         plan.replace(value, lambda node: cst.parse_expression(f"{code_of(node)} if {cuda} else None"))
         _change(facts, plan, value, "DDP's device argument only on CUDA")

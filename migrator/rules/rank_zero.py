@@ -258,8 +258,13 @@ def _post_training_on_rank_zero(facts: ScriptFacts, plan: Plan, saves: list) -> 
 def plan_logging(facts: ScriptFacts, plan: Plan) -> None:
     if not needs_setup(facts):
         return
+    # A checkpoint helper runs on rank 0 already where its calls are guarded (plan_checkpoints).
+    guarded_helpers = {
+        facts.owner_of(site.inner) for site in facts.saves
+        if site.inner is not None and site.guard and all(statement in plan.guards for statement in site.guard)
+    }
     for statement in facts.log_statements:
-        if statement in plan.guards:
+        if statement in plan.guards or facts.owner_of(statement) in guarded_helpers:
             continue
         # Before the setup there is no process group to ask (and after the entry point returns it
         # is gone): torchrun's RANK says who is rank 0 there.

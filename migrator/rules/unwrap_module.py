@@ -22,10 +22,10 @@ keys carry no `module.` prefix and the original code still loads them; loading g
 does a model pickled inside a dict (`state = {"net": net}; torch.save(state, f)`), in DataParallel
 scripts too: a pickled DDP wrapper cannot be loaded without a process group.
 A DataParallel script keeps its `module.`-prefixed keys exactly as before (DDP's wrapper has the
-same prefix), unless a later move (`if args.half: model.half()`) puts the wrap below its checkpoint
-load: the load then runs on the bare module, and its saves drop the prefix to match, so the
-script resumes from its own checkpoints (older DataParallel ones need their `module.` prefix
-stripped). Where the keys depended on the GPU count (a conditional DataParallel), the
+same prefix), also when a later move (`if args.half: model.half()`) puts the wrap below its
+checkpoint load: that load then runs on the bare module and drops the prefix as it reads
+(`{k.removeprefix("module."): v for k, v in sd.items()}`), so the script resumes from its old
+checkpoints and its new ones alike, and whatever else loads them still can. Where the keys depended on the GPU count (a conditional DataParallel), the
 unwrapped module's keys are saved. Every `torch.load` gets `map_location` (the script's device, or
 "cpu") so each rank loads onto its own device instead of the GPU the checkpoint was saved from.""",
     why="""
@@ -131,7 +131,7 @@ def main():
         dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
     model = torch.nn.Linear(4, 1)
     if os.path.isfile("last.pt"):
-        model.load_state_dict(torch.load("last.pt", map_location="cpu")["state_dict"])
+        model.load_state_dict({k.removeprefix("module."): v for k, v in torch.load("last.pt", map_location="cpu")["state_dict"].items()})
     if os.environ.get("HALF"):
         model.half()
     model = DDP(model, device_ids=None)
@@ -140,7 +140,7 @@ def main():
         model(torch.ones(2, 4)).sum().backward()
         optimizer.step()
         if dist.get_rank() == 0:
-            torch.save({"state_dict": model.module.state_dict()}, "last.pt")
+            torch.save({"state_dict": model.state_dict()}, "last.pt")
 
 
 if __name__ == "__main__":
@@ -381,6 +381,13 @@ def plan_checkpoint_keys(facts: ScriptFacts, plan: Plan) -> None:
         plan.replace(arg, lambda a: a.with_changes(value=cst.Attribute(value=a.value, attr=cst.Name("module"))))
         line, col = facts.line_col(arg)
         plan.changes.append(Change(CHECKPOINT_KEYS.code, line, col, "the unwrapped model is saved"))
+    for model in facts.models:
+        for call in model.bare_loads:
+            # Runs on the bare model now, before the wrap: the keys it reads (the script's own
+            # checkpoints, old and new) carry DataParallel's `module.` prefix.
+            plan.replace(call, _accepting_prefixed_keys)
+            line, col = facts.line_col(call)
+            plan.changes.append(Change(CHECKPOINT_KEYS.code, line, col, "load_state_dict() before the wrap accepts the module.-prefixed keys"))
     for call, device in facts.torch_loads:
         location = device or '"cpu"'
         plan.replace(call, lambda c, location=location: _build.with_keyword(c, "map_location", location))
@@ -406,10 +413,19 @@ def plan_module_api(facts: ScriptFacts, plan: Plan) -> None:
         plan.changes.append(Change(MODULE_API.code, line, col, what))
 
 
+def _accepting_prefixed_keys(call: cst.Call) -> cst.Call:
+    """`m.load_state_dict(sd)` -> `m.load_state_dict({k.removeprefix("module."): v for k, v in sd.items()})`."""
+    first = call.args[0]
+    source = cst.Module(body=[]).code_for_node(first.value)
+    if not isinstance(first.value, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)):
+        source = f"({source})"
+    value = cst.parse_expression(f'{{k.removeprefix("module."): v for k, v in {source}.items()}}')
+    return call.with_changes(args=[first.with_changes(value=value), *call.args[1:]])
+
+
 def _keys_change(model) -> bool:
-    """A DataParallel script's keys already had `module.`: DDP keeps them (unless its loads now run
-    on the bare model, before the wrap). Otherwise unwrap."""
-    return model.dataparallel is None or model.dataparallel.conditional is not None or model.bare_loads
+    """A DataParallel script's keys already had `module.`: DDP keeps them. Otherwise unwrap."""
+    return model.dataparallel is None or model.dataparallel.conditional is not None
 
 
 def _wrapped_before(model) -> bool:

@@ -138,9 +138,9 @@ if __name__ == "__main__":
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     dataset = TensorDataset(torch.randn(64, 4))
     sampler = DistributedSampler(dataset, shuffle=True)
-    if batch_size % dist.get_world_size():  # the global batch is split over the processes
-        raise SystemExit("batch size %d does not split evenly over %d processes: pick one that divides it" % (batch_size, dist.get_world_size()))
-    loader = DataLoader(dataset, batch_size=batch_size // dist.get_world_size(), sampler=sampler)
+    if batch_size % dist.get_world_size() and dist.get_rank() == 0:  # the global batch is split over the processes
+        print("batch size %d does not split evenly over %d processes: each loads %d, a global batch of %d" % (batch_size, dist.get_world_size(), max(1, batch_size // dist.get_world_size()), max(1, batch_size // dist.get_world_size()) * dist.get_world_size()))
+    loader = DataLoader(dataset, batch_size=max(1, batch_size // dist.get_world_size()), sampler=sampler)
     try:
         for epoch in range(2):
             sampler.set_epoch(epoch)
