@@ -161,6 +161,8 @@ def _loop_variable(loop: cst.For) -> str:
     target = loop.target
     if isinstance(target, cst.Name):
         return target.value
+    if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name):
+        return code_of(target)  # `for self.epoch in range(...)`: the trainer keeps its epoch
     if isinstance(target, cst.Tuple) and target.elements and isinstance(target.elements[0].value, cst.Name):
         return target.elements[0].value.value  # type: ignore[attr-defined]
     return ""
