@@ -9,6 +9,7 @@ from typing import Dict, FrozenSet, Tuple
 
 #: (code, name) of every rule, in registry order.
 CODES: Tuple[Tuple[str, str], ...] = (
+    ("DDP024", "spawn-to-torchrun"),
     ("DDP001", "process-group-setup"),
     ("DDP002", "per-rank-device"),
     ("DDP003", "wrap-model"),
@@ -42,6 +43,7 @@ CODES: Tuple[Tuple[str, str], ...] = (
     ("DDP112", "legacy-launch-import"),
     ("DDP113", "python-launch-unsafe"),
     ("DDP115", "save-after-teardown"),
+    ("DDP117", "spawn-not-migrated"),
     ("DDP114", "training-not-migrated"),
     ("DDP116", "moved-after-wrap"),
     ("DDP120", "global-batch-size"),

@@ -13,6 +13,7 @@ from libcst._nodes.internal import CodegenState
 from migrator.bindings import ScopeOwner
 from migrator.dataflow import LoaderFact, ModelUse, SaveSite
 from migrator.analysis.distributed import Distributed
+from migrator.analysis.spawn import SpawnFacts
 from migrator.analysis.helpers import Block, Statement
 
 
@@ -252,6 +253,7 @@ class ScriptFacts:
     attributes: Tuple[cst.Attribute, ...] = ()
     assigns: Tuple[cst.Assign, ...] = ()
     import_statements: Tuple[cst.CSTNode, ...] = ()  # Import and ImportFrom
+    spawn: Optional[SpawnFacts] = None  # workers started with mp.spawn: what --spawn does (None: none here)
 
     def line_col(self, node: cst.CSTNode) -> Tuple[int, int]:
         """1-based line and column, as editors and linters show them."""
