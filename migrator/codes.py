@@ -9,7 +9,6 @@ from typing import Dict, FrozenSet, Tuple
 
 #: (code, name) of every rule, in registry order.
 CODES: Tuple[Tuple[str, str], ...] = (
-    ("DDP024", "spawn-to-torchrun"),
     ("DDP001", "process-group-setup"),
     ("DDP002", "per-rank-device"),
     ("DDP003", "wrap-model"),
@@ -27,6 +26,7 @@ CODES: Tuple[Tuple[str, str], ...] = (
     ("DDP016", "makedirs-exist-ok"),
     ("DDP020", "local-rank-argument"),
     ("DDP005", "legacy-launch-cpu"),
+    ("DDP024", "spawn-to-torchrun"),
     ("DDP021", "launch-command-in-python"),
     ("DDP017", "async-keyword"),
     ("DDP101", "no-entry-point"),

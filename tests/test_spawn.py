@@ -194,6 +194,20 @@ MIGRATED = [
 ]
 
 
+SETUP_WITH_A_PORT = WORKER.replace(
+    '    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:23456", world_size=world_size, rank=rank)\n',
+    "    setup(rank, world_size, 29533)\n") + '''
+
+def setup(rank, world_size, port):
+    dist.init_process_group(backend="gloo", init_method=f"tcp://localhost:{port}", world_size=world_size, rank=rank)
+'''
+MIGRATED.append(pytest.param(script('''
+    if __name__ == "__main__":
+        mp.spawn(train, nprocs=2, args=(2,))
+    ''', worker=SETUP_WITH_A_PORT), 'train(local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", 1)))', "mp",
+    id="helper-with-an-init-method-of-its-own"))
+
+
 @pytest.mark.parametrize("source, call, dropped_import", MIGRATED)
 def test_spellings_of_spawn_become_a_direct_call(source, call, dropped_import):
     result = migrate(source, SPAWN)
@@ -368,3 +382,23 @@ def test_survey_classifies_spawn_files_under_the_flag():
     quiet = survey.classify("spawn", (ROOT / "fixtures" / "spawn_declined_flag" / "input.py").read_text())
     assert (migrated.outcome, declined.outcome, quiet.outcome) == ("MIGRATED", "DECLINED", "OK")
     assert declined.codes == ("DDP117",)
+
+
+def test_a_spawn_script_written_for_the_old_launcher_too_keeps_only_that_migration():
+    """Its --local_rank picks the device: DDP005/DDP020 migrate that, as without --spawn; the spawn is declined."""
+    source = script('''
+        import argparse
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", type=int, default=0)
+
+        if __name__ == "__main__":
+            args = parser.parse_args()
+            torch.cuda.set_device(args.local_rank)
+            mp.spawn(train, nprocs=2, args=(2,))
+        ''')
+    quiet, result = migrate(source), migrate(source, SPAWN)
+    assert result.code == quiet.code != source
+    assert "DDP024" not in {c.code for c in result.changes}
+    assert [d.message for d in result.diagnostics if d.code == "DDP117"] == [
+        "mp.spawn script left as it is: it is written for torch.distributed.launch too (its --local_rank picks the device)"]

@@ -24,7 +24,7 @@ with `join=False` or arguments that are not a literal tuple, several spawns, mp.
 worker that trains nothing, and a rendezvous set per environment (`if "SLURM_JOB_ID" in
 os.environ: args.rank = ...`) that the tool cannot map onto torchrun's.
 
-Plain functions over the `_Analysis`; rules read the frozen result (ScriptFacts.spawn).
+Read from the `_Analysis` once (spawn_facts); rules read the frozen result, ScriptFacts.spawn.
 """
 from __future__ import annotations
 
@@ -191,9 +191,8 @@ class _Reader:
         rank = self._in_worker(rendezvous.get("rank", by_hand.get("RANK")), helper, worker)
         world = self._in_worker(rendezvous.get("world_size", by_hand.get("WORLD_SIZE")), helper, worker)
         method = rendezvous.get("init_method")
-        for value in (rendezvous.get("rank"), rendezvous.get("world_size"), method):
-            if value is not None:
-                self._not_set_per_environment(self._in_launcher(self._in_worker(value, helper, worker), launcher_names), scope)
+        for value in (rank, world, self._in_worker(method, helper, worker) if dotted_name(method) else None):
+            self._not_set_per_environment(self._in_launcher(value, launcher_names), scope)
         self._rank(rank, process_index, worker, anchor)
         self._world(world, receivers, worker, anchor, scope, statement, launcher_names, n_code)
         if nprocs is not None and dotted_name(nprocs) is not None:

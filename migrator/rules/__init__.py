@@ -43,7 +43,6 @@ Planner = Callable[[ScriptFacts, Plan], None]
 
 # (rule, planner) in planning order: the setup is inserted before the device line, and so on.
 FIXERS: Tuple[Tuple[Rule, Planner], ...] = (
-    (spawn.RULE, spawn.plan),  # --spawn only (it gates itself): an mp.spawn script, distributed already
     (process_group.RULE, process_group.plan),
     (device.RULE, device.plan),
     (wrap_model.RULE, wrap_model.plan),
@@ -61,6 +60,7 @@ FIXERS: Tuple[Tuple[Rule, Planner], ...] = (
     (directories.RULE, directories.plan),
     (local_rank.RULE, local_rank.plan),
     (legacy_launch.RULE, legacy_launch.plan),  # already-distributed scripts only (it gates itself)
+    (spawn.RULE, spawn.plan),  # --spawn only (it gates itself): an mp.spawn script, distributed already
     (launch_calls.RULE, launch_calls.plan),
 )
 

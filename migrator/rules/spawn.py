@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from migrator.analysis import ScriptFacts
+from migrator.analysis import ScriptFacts, code_of
 from migrator.edits import Plan
 from migrator.rule import Example, Rule
 from migrator.rules import _build
@@ -214,6 +214,12 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
         line, col = facts.line_col(decline.node)
         plan.diagnostics.append(Diagnostic(SPAWN_NOT_MIGRATED.code, line, col, f"mp.spawn script left as it is: {decline.reason}"))
     site = found.site
+    if site is not None and facts.distributed is not None and facts.distributed.legacy is not None:
+        # Its --local_rank still picks the device (DDP005/DDP020 edit the same setup): one owner.
+        line, col = facts.line_col(site.call)
+        plan.diagnostics.append(Diagnostic(SPAWN_NOT_MIGRATED.code, line, col, "mp.spawn script left as it is: it is "
+                                           "written for torch.distributed.launch too (its --local_rank picks the device)"))
+        return
     if site is None:
         return
     # First: a statement that becomes the first of its block loses its blank lines before the
@@ -261,8 +267,6 @@ def _direct_call(facts: ScriptFacts, plan: Plan, site) -> None:
 def _init_from_environment(facts: ScriptFacts, plan: Plan, site) -> None:
     arguments = ", ".join(site.init_arguments)
     world_of_one = ", ".join((*site.init_arguments, WORLD_OF_ONE.format(dist=_dist(facts, plan, site))))
-    from migrator.analysis import code_of
-
     init = _build.statements(facts, INIT, init=code_of(site.init.func), arguments=arguments, world_of_one=world_of_one)
 
     def replace(statement):
@@ -277,8 +281,6 @@ def _init_from_environment(facts: ScriptFacts, plan: Plan, site) -> None:
 
 def _dist(facts: ScriptFacts, plan: Plan, site) -> str:
     """How to spell torch.distributed for HashStore: as the worker's own init_process_group does."""
-    from migrator.analysis import code_of
-
     func = site.init.func
     if isinstance(func, cst.Attribute):
         return code_of(func.value)
