@@ -59,14 +59,14 @@ def _suppressed(source: str, options: Options, engine: suppress.Rerun) -> Result
 
 def _migrate(source: str, options: Options, rewrite: bool = True, context: Optional[FileContext] = None,
              first_look: bool = True) -> Result:
-    seen = verdict(source, context) if first_look else ENGINE
+    seen = verdict(source, context, options.spawn) if first_look else ENGINE
     if seen != ENGINE:  # nothing for any rule; or distributed already, with nothing to report
         return Result(code=source, original=source, distributed=seen == DISTRIBUTED)
     module, parsed, renamed = _parse_renaming_async(source, options)
     facts = analyze(module, context, parsed)
     scope = rules_in_scope(facts, context)
     fixes = frozenset(rule.code for rule, _ in FIXERS if options.fix_enabled(rule.code) and (scope is None or rule.code in scope))
-    plan = edits.Plan(batch=options.batch, eval=options.eval, fixes=fixes)
+    plan = edits.Plan(batch=options.batch, eval=options.eval, spawn=options.spawn, fixes=fixes)
     for rule, planner in FIXERS:
         if rule.code in fixes:
             planner(facts, plan)

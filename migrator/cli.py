@@ -81,11 +81,11 @@ def _may_need_a_look(source: str, name: str) -> bool:
     return may_need_a_look(source, FileContext(path=name).is_test_module)
 
 
-def _verdict(source: str, context: Optional[FileContext]) -> str:
+def _verdict(source: str, context: Optional[FileContext], spawn: bool = False) -> str:
     """migrator.triage's first look, imported on first use (it loads no LibCST)."""
     from migrator.triage import verdict
 
-    return verdict(source, context)
+    return verdict(source, context, spawn)
 
 
 def check(source: str, options: Optional[Options] = None, context: Optional[FileContext] = None) -> "Result":
@@ -172,6 +172,13 @@ def migrate_launcher(text: str, kind: str, options: Optional[Options] = None) ->
     "part and the sums the metric is computed from are all-reduced.",
 )
 @click.option(
+    "--spawn",
+    is_flag=True,
+    default=None,
+    help="Turn scripts that start their own workers with torch.multiprocessing.spawn into torchrun scripts "
+    "(without it they are left as they are); what cannot be turned is reported (DDP117).",
+)
+@click.option(
     "--max-file-size",
     metavar="SIZE",
     default=None,
@@ -246,6 +253,7 @@ def cli(
     config_path: Optional[Path],
     batch: Optional[str],
     evaluation: Optional[str],
+    spawn: Optional[bool],
     max_file_size: Optional[str],
     isolated: bool,
     output_format: str,
@@ -315,7 +323,8 @@ def cli(
         config = discover_config(config_paths, config_path, isolated)
     except ConfigError as exc:
         raise UsageError(str(exc), prefix="") from None
-    options = replace(resolve_rules(config.rules, cli_rules), batch=batch or config.batch, eval=evaluation or config.eval)
+    options = replace(resolve_rules(config.rules, cli_rules), batch=batch or config.batch, eval=evaluation or config.eval,
+                      spawn=bool(spawn or config.spawn))
     size_limit = _size_limit(max_file_size, config)
 
     report = Report(mode, exit_zero=exit_zero if exit_zero is not None else config.exit_zero)
@@ -545,7 +554,7 @@ def _migrate(job: _Job, options: Options, mode: WriteBack) -> Migrated:
     try:
         if job.kind == files.PYTHON:
             context = _context(job)
-            first_look = _verdict(job.source.text, context)
+            first_look = _verdict(job.source.text, context, options.spawn)
             if first_look != "engine":  # most files: no LibCST, not even its import (migrator.triage)
                 return Migrated(FileOutcome(job.name), job.source, job.source.text, python=True,
                                 distributed=first_look == "distributed")

@@ -9,6 +9,7 @@
     eval = "sharded"                    # or "replicated" (the default): evaluation loaders split over the ranks
     max-file-size = "2M"                # Python files above this are skipped (bytes, or K/M/G; 0: no limit)
     exit-zero = true                    # --check exits 0 even with something to act on (as --exit-zero)
+    spawn = true                        # turn mp.spawn scripts into torchrun scripts (as --spawn)
 
 The file is the nearest pyproject.toml with a `[tool.ddp-migrate]` table, searched upward from the
 first PATH (or the working directory), stopping at a repository root (a folder holding `.git`) or
@@ -35,7 +36,7 @@ PYPROJECT = "pyproject.toml"
 
 #: Keys of the table; `extend-select` / `extend-ignore` mean what they mean on the command line.
 KEYS = ("select", "ignore", "extend-select", "extend-ignore", "exclude", "extend-exclude", "batch", "eval",
-        "max-file-size", "exit-zero")
+        "max-file-size", "exit-zero", "spawn")
 
 #: Python files larger than this are skipped unread (`--max-file-size`, `max-file-size`): a generated
 #: or vendored module of that size is no training script, and parsing one costs about a gigabyte per
@@ -74,6 +75,7 @@ class Config(NamedTuple):
     eval: Optional[str] = None  # "replicated" | "sharded" (Options.eval)
     max_file_size: Optional[int] = None  # bytes; 0: no limit; None: DEFAULT_MAX_FILE_SIZE
     exit_zero: bool = False  # `exit-zero = true`: --check exits 0 even with something to act on
+    spawn: bool = False  # `spawn = true`: mp.spawn scripts become torchrun scripts (Options.spawn)
 
     @property
     def root(self) -> Optional[Path]:
@@ -253,8 +255,11 @@ def _config(path: Path, table: Dict[str, Any], where: str) -> Config:
     exit_zero = table.get("exit-zero", False)
     if not isinstance(exit_zero, bool):
         raise ConfigError(f"{prefix}exit-zero must be true or false, not {_toml_type(exit_zero)}")
+    spawn = table.get("spawn", False)
+    if not isinstance(spawn, bool):
+        raise ConfigError(f"{prefix}spawn must be true or false, not {_toml_type(spawn)}")
     return Config(path, rules, strings("exclude"), strings("extend-exclude") or (), batch, evaluation, max_file_size,
-                  exit_zero)
+                  exit_zero, spawn)
 
 
 def parse_size(value: Any) -> int:

@@ -41,6 +41,7 @@ class Plan:
     diagnostics: List[Diagnostic] = field(default_factory=list)
     batch: Optional[str] = None  # Options.batch: what a sharded loader's batch_size means (rules.global_batch)
     eval: Optional[str] = None  # Options.eval: whether evaluation loaders are sharded (rules.sharded_eval)
+    spawn: bool = False  # Options.spawn: mp.spawn scripts become torchrun scripts (rules.spawn)
     # The fixes that run on this file (Options.fix_enabled): reporters say what a migration changes
     # in meaning only where the fix that changes it runs.
     fixes: FrozenSet[str] = frozenset()

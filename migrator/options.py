@@ -23,6 +23,10 @@ class Options:
     # Evaluation loaders (`--eval`): "replicated" (None) leaves them whole; "sharded" splits them over
     # the ranks and all-reduces the sums their metric is computed from (rules.sharded_eval).
     eval: Optional[str] = None
+    # Scripts that start their own workers with torch.multiprocessing.spawn (`--spawn`): False leaves
+    # them as they are (they are distributed already); True turns them into torchrun scripts, or
+    # says why not (rules.spawn).
+    spawn: bool = False
 
     def enabled(self, code: str, name: str = "") -> bool:
         """Is the rule with this code (and name) selected and not ignored?"""

@@ -25,12 +25,13 @@ class Example:
     diagnostics: Tuple[str, ...] = ()
     fires: bool = True
     path: Optional[str] = None  # the file name it is checked under (`tests/test_model.py`), when that matters
-    options: Tuple[Tuple[str, str], ...] = ()  # Options fields it runs with: (("eval", "sharded"),) is `--eval sharded`
+    # Options fields it runs with: (("eval", "sharded"),) is `--eval sharded`, (("spawn", True),) is `--spawn`
+    options: Tuple[Tuple[str, object], ...] = ()
 
     @property
     def flags(self) -> str:
-        """The command-line flags of `options` (`--eval sharded`), for the docs."""
-        return " ".join(f"--{name} {value}" for name, value in self.options)
+        """The command-line flags of `options` (`--eval sharded`, `--spawn`), for the docs."""
+        return " ".join(f"--{name}" if value is True else f"--{name} {value}" for name, value in self.options)
 
 
 @dataclass(frozen=True)

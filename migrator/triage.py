@@ -55,11 +55,19 @@ def may_need_engine(source: str, context: Optional[FileContext]) -> bool:
 NOTHING, DISTRIBUTED, ENGINE = "nothing", "distributed", "engine"
 
 
-def verdict(source: str, context: Optional[FileContext]) -> str:
+#: With `--spawn`, a file that may start its own workers goes to the engine (rules.spawn migrates or
+#: declines it): torch.multiprocessing's spawn/start_processes/Process, or a `launch(main, ...)` helper.
+SPAWN_WORDS = ("spawn", "start_processes", "Process", "launch(")
+
+
+def verdict(source: str, context: Optional[FileContext], spawn: bool = False) -> str:
     """NOTHING, DISTRIBUTED or ENGINE (see above). DISTRIBUTED only when the engine would find the
     same: a sign of distribution it reads the same way (a setup helper called by name, a framework
     imported, a project helper that sets up, seen in the project's modules), and none of what it
-    reports in such a file (migrator.relevance.has_distributed_findings_shape)."""
+    reports in such a file (migrator.relevance.has_distributed_findings_shape). `spawn`
+    (Options.spawn): a file that may start its own workers is the engine's."""
+    if spawn and "torch" in source and any(word in source for word in SPAWN_WORDS):
+        return ENGINE  # it may train in the workers it starts, wherever they come from
     if not may_need_engine(source, context):
         return NOTHING
     from migrator.graph.training import saves_with_torch

@@ -36,7 +36,7 @@ import fixture_cases  # noqa: E402
 from runtime_probe.checks import assert_trains_correctly_under_ddp  # noqa: E402
 from runtime_probe.harness import RunReport, run_torchrun  # noqa: E402
 
-from migrator import migrate  # noqa: E402
+from migrator import Options, migrate  # noqa: E402
 
 RUN_TIMEOUT_S = 180
 
@@ -75,7 +75,7 @@ def main(argv: List[str]) -> int:
 def _smoke(case: "fixture_cases.FixtureCase", nproc: int, gpus: int) -> bool:
     label = f"{case.name} x{nproc}"
     source = case.input_path.read_text(encoding="utf-8")
-    migrated = migrate(source, context=case.context).code
+    migrated = migrate(source, Options(**case.options), context=case.context).code  # fixture.toml's options (--spawn)
     if migrated != case.expected_path.read_text(encoding="utf-8"):
         print(f"FAIL {label}: ddp-migrate's output differs from expected.py (run the golden tests)")
         return False
@@ -110,7 +110,7 @@ def _verify_on_gpus(case: "fixture_cases.FixtureCase", gpus: int) -> bool:
     with tempfile.TemporaryDirectory(prefix=f"gpu-smoke-verify-{case.name}-") as tmp:
         if case.support_dir is not None:
             shutil.copytree(case.support_dir, tmp, dirs_exist_ok=True)
-        (Path(tmp) / "train.py").write_text(migrate(case.input_path.read_text(encoding="utf-8"),
+        (Path(tmp) / "train.py").write_text(migrate(case.input_path.read_text(encoding="utf-8"), Options(**case.options),
                                                     context=case.context).code, encoding="utf-8")
         command = [sys.executable, "-m", "migrator", "verify", "train.py", "--device", "cuda", "--nproc", str(gpus),
                    "--timeout", str(RUN_TIMEOUT_S), "--output-format", "json", "--", *case.args]

@@ -18,6 +18,11 @@ and the files at CORPUS_DIR/<local_file> (e.g. /work/shared/realworld/py). Outco
     init_process_group calls than before), or CRASH; the detail says CHANGED or UNCHANGED.
   spawn, negative: OK (byte-identical, nothing reported), NOISE (unchanged, something reported),
     CHANGED, CRASH.
+  spawn with --spawn (every file is then migrated with Options(spawn=True)):
+    MIGRATED  changed into a torchrun script: parses, idempotent, no mp.spawn call and no
+              init_method/rank/world_size rendezvous of its own left (survey_checks.spawn_problems)
+    DECLINED  unchanged, with DDP117 and its reason
+    WRONG     changed, and one of those does not hold; SILENT unchanged, nothing said; CRASH
 
 A launcher corpus (realworld/launch: manifest.tsv with a `kind` column instead of `category`)
 is surveyed by kind, each file read as the kind its upstream path has (a Dockerfile, a Makefile,
@@ -57,6 +62,7 @@ from migrator import files  # noqa: E402
 from migrator.api import migrate  # noqa: E402
 from migrator.launcher import migrate_launcher  # noqa: E402
 from migrator.errors import IntroducedSyntaxError, MigrateError  # noqa: E402
+from migrator.options import Options  # noqa: E402
 from migrator.types import Result  # noqa: E402
 
 TRAINING = ("single", "dataparallel")
@@ -70,6 +76,8 @@ STRICT_FAILURES = {
     **{c: ("CRASH", "CHANGED", "NOISE") for c in QUIET},
     **{c: ("CRASH", "SILENT") for c in LAUNCHERS},
 }
+# With --spawn the spawn category is migrated or declined (_classify_spawn).
+SPAWN_STRICT_FAILURES = ("CRASH", "WRONG", "SILENT", "NOISE")
 # A diagnostic whose message says one of these tells us the training loop is in another file
 # (DDP114 words it "trains through `net` from module `models`" or "runs the training in module `x`").
 ELSEWHERE_PHRASES = ("another module", "other module", "from module `", "in module `")
@@ -98,10 +106,10 @@ class EngineCrash(Exception):
     """migrate() raised something it should not have (anything but MigrateError)."""
 
 
-def run_engine(source: str) -> Result:
+def run_engine(source: str, options: Optional[Options] = None) -> Result:
     """migrate(source), with an unexpected exception turned into EngineCrash."""
     try:
-        return migrate(source)
+        return migrate(source) if options is None else migrate(source, options)
     except MigrateError:
         raise
     except Exception as err:  # the point of the survey is to catch these
@@ -115,14 +123,16 @@ def codes_of(items: Iterable) -> Tuple[str, ...]:
 # ---------------------------------------------------------------- classifying one file
 
 
-def classify(category: str, source: str) -> Row:
+def classify(category: str, source: str, options: Optional[Options] = None) -> Row:
     """Run the engine on `source` and say what it did, as the module docstring defines."""
     try:
-        result = run_engine(source)
+        result = run_engine(source, options)
     except EngineCrash as err:
         return Row("CRASH", category, detail=str(err))
     except MigrateError as err:
         return _classify_error(category, source, err)
+    if options is not None and options.spawn and category == "spawn":
+        return _classify_spawn(category, result, options)
     if category in TRAINING:
         return _classify_training(category, source, result)
     if category in LEGACY:
@@ -203,6 +213,28 @@ def _classify_legacy(category: str, source: str, result: Result) -> Row:
                codes=codes_of(result.diagnostics), changes=codes_of(result.changes))
 
 
+def _classify_spawn(category: str, result: Result, options: Options) -> Row:
+    """--spawn: a torchrun script now (MIGRATED), or left with DDP117's reason (DECLINED)."""
+    codes, changes = codes_of(result.diagnostics), codes_of(result.changes)
+    if not result.changed:
+        declines = [d for d in result.diagnostics if d.code == "DDP117"]
+        if declines:
+            return Row("DECLINED", category, detail=f"line {declines[0].line}: {declines[0].message}", codes=codes)
+        return Row("NOISE" if result.diagnostics else "SILENT", category, codes=codes)
+    wrong = checks.parse_problems(result.code)
+    if not wrong:
+        try:
+            wrong = checks.idempotence_problems(result.code, lambda text: run_engine(text, options).code)
+        except MigrateError as err:
+            wrong = [f"second run raised {type(err).__name__}: {err}"]
+    if not wrong:
+        wrong = checks.spawn_problems(ast.parse(result.code))
+    if wrong:
+        return Row("WRONG", category, detail="; ".join(wrong), codes=codes, changes=changes)
+    found = [c.message for c in result.changes if "direct call" in c.message]
+    return Row("MIGRATED", category, detail=found[0] if found else "", codes=codes, changes=changes)
+
+
 def _classify_quiet(category: str, result: Result) -> Row:
     outcome = "CHANGED" if result.changed else "NOISE" if result.diagnostics else "OK"
     first = result.diagnostics[0] if result.diagnostics else None
@@ -277,8 +309,8 @@ def read_source(path: Path) -> str:
         raise ManifestError(f"{path}: cannot read ({err.strerror})") from err
 
 
-def survey(corpus_dir, categories: Sequence[str] = ()) -> List[Row]:
-    """Classify every file of the corpus (only `categories`, when given)."""
+def survey(corpus_dir, categories: Sequence[str] = (), options: Optional[Options] = None) -> List[Row]:
+    """Classify every file of the corpus (only `categories`, when given), migrated with `options`."""
     corpus = Path(corpus_dir)
     rows = []
     for entry in read_manifest(corpus):
@@ -290,7 +322,7 @@ def survey(corpus_dir, categories: Sequence[str] = ()) -> List[Row]:
             if "kind" in entry:
                 row = classify_launcher(entry["category"], source, files.source_kind(Path(entry["path"])))
             else:
-                row = classify(entry["category"], source)
+                row = classify(entry["category"], source, options)
         rows.append(dataclasses.replace(row, file=entry["local_file"]))
     return rows
 
@@ -354,8 +386,9 @@ def show(corpus: Path, rows: Sequence[Row], needle: str) -> str:
     return "\n".join(out)
 
 
-def strict_failures(rows: Sequence[Row]) -> List[Row]:
-    return [row for row in rows if row.outcome in STRICT_FAILURES.get(row.category, ())]
+def strict_failures(rows: Sequence[Row], spawn: bool = False) -> List[Row]:
+    return [row for row in rows if row.outcome in (
+        SPAWN_STRICT_FAILURES if spawn and row.category == "spawn" else STRICT_FAILURES.get(row.category, ()))]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -365,9 +398,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--show", metavar="FILE_SUBSTRING", help="print the diff and findings of matching files")
     parser.add_argument("--json", action="store_true", help="one JSON list of rows instead of the table")
     parser.add_argument("--strict", action="store_true", help="exit 1 on CRASH/WRONG/SILENT/GAP (training), CHANGED/NOISE (spawn, negative)")
+    parser.add_argument("--spawn", action="store_true",
+                        help="migrate with --spawn: spawn files are MIGRATED or DECLINED (the others must not notice)")
     args = parser.parse_args(argv)
     try:
-        rows = survey(args.corpus, args.category)
+        rows = survey(args.corpus, args.category, Options(spawn=True) if args.spawn else None)
     except ManifestError as err:
         print(f"survey: {err}", file=sys.stderr)
         return 2
@@ -378,7 +413,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(render_totals(rows))
     if args.show:  # on stderr under --json, so that stdout stays one JSON document
         print(show(args.corpus, rows, args.show), file=sys.stderr if args.json else sys.stdout)
-    return 1 if args.strict and strict_failures(rows) else 0
+    return 1 if args.strict and strict_failures(rows, args.spawn) else 0
 
 
 if __name__ == "__main__":

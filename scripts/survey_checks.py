@@ -251,6 +251,18 @@ def extra_process_group_problems(before: ast.AST, after: ast.AST) -> Problems:
     return [f"init_process_group calls went from {old} to {new}"] if new > old else []
 
 
+def spawn_problems(tree: ast.AST) -> Problems:
+    """A script `--spawn` migrated: no mp.spawn left, and every init_process_group reads torchrun's
+    environment (no init_method; a rank and a world size only for the world of one, with a store)."""
+    problems = [f"line {c.lineno}: {callee_name(c)}(...) is still called" for c in
+                (*calls(tree, "spawn"), *calls(tree, "start_processes"))]
+    for call in calls(tree, "init_process_group"):
+        keywords = {k.arg for k in call.keywords}
+        if "init_method" in keywords or ({"rank", "world_size"} & keywords and "store" not in keywords):
+            problems.append(f"line {call.lineno}: init_process_group keeps a rendezvous of its own ({', '.join(sorted(keywords))})")
+    return problems
+
+
 # Names the migration's setup uses at module level: each must be bound (imported, assigned) above
 # its first module-level use, or the script dies with NameError on every rank.
 SETUP_NAMES = ("os", "torch", "dist", "local_rank", "DDP", "DistributedSampler")

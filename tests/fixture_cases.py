@@ -10,7 +10,9 @@ A scenario folder holds:
                  runtime_skip (table: runtime check name -> why it cannot hold for this scenario),
                  path (the name the file is checked under, e.g. "tests/test_training.py"; default train.py),
                  kind ("legacy-launch": written for torch.distributed.launch; its own setup may need a
-                 launcher, so the migrated script is not run as plain python when the original cannot be)
+                 launcher, so the migrated script is not run as plain python when the original cannot be),
+                 options (table: the Options fields the engine runs with, e.g. {spawn = true} for `--spawn`,
+                 {batch = "global"}, {eval = "sharded"}; default: none)
   support/       optional: modules the script imports (`from function import train`); the runtime
                  tests copy every file under it next to the script, for the migrated run and for the
                  original's, and the golden tests let the engine read them as the project's modules. They are run as they are: ddp-migrate does not migrate them (only
@@ -50,6 +52,11 @@ class _Configured:
     @property
     def diagnostics(self) -> List[str]:
         return list(self.config.get("diagnostics", []))
+
+    @property
+    def options(self) -> Dict[str, Any]:
+        """The Options fields the engine runs with (fixture.toml `options = {spawn = true}`)."""
+        return dict(self.config.get("options", {}))
 
     @property
     def runtime_skip(self) -> Dict[str, str]:

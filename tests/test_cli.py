@@ -76,7 +76,7 @@ def fake_check(source: str, options: Optional[Options] = None, context=None) -> 
 def fake_engine(monkeypatch):
     monkeypatch.setattr(cli_module, "migrate", fake_migrate)
     monkeypatch.setattr(cli_module, "check", fake_check)
-    monkeypatch.setattr(cli_module, "_verdict", lambda source, context: "engine")
+    monkeypatch.setattr(cli_module, "_verdict", lambda source, context, spawn=False: "engine")
     monkeypatch.setattr(cli_module, "_may_need_a_look", lambda source, name: True)  # the fake decides
     # The CLI skips files the real engine would leave alone; the fake's words are its own.
     monkeypatch.setattr(cli_module, "PYTHON_RELEVANT", (*cli_module.PYTHON_RELEVANT, MARKER, "ADVISE", "NOTE"))
@@ -454,7 +454,7 @@ def test_internal_error_is_one_line_and_the_run_continues(project, monkeypatch):
 
     monkeypatch.setattr(cli_module, "migrate", flaky)
     monkeypatch.setattr(cli_module, "check", flaky_check)
-    monkeypatch.setattr(cli_module, "_verdict", lambda source, context: "engine")
+    monkeypatch.setattr(cli_module, "_verdict", lambda source, context, spawn=False: "engine")
     monkeypatch.setattr(cli_module, "_may_need_a_look", lambda source, name: True)
     write(project / "bad.py", "import torch\nboom = 1\n")
     write(project / "a.py", SCRIPT)

@@ -406,7 +406,7 @@ def test_only_findings_to_act_on_fail_check(project, monkeypatch, code, fails):
         return Result(source, (), (Diagnostic(code, 1, 1, "a finding"),), original=source)
 
     monkeypatch.setattr(cli_module, "check", engine)
-    monkeypatch.setattr(cli_module, "_verdict", lambda source, context: "engine")
+    monkeypatch.setattr(cli_module, "_verdict", lambda source, context, spawn=False: "engine")
     monkeypatch.setattr(cli_module, "_may_need_a_look", lambda source, name: True)
     write(project / "train.py", "import torch\n")
     result = invoke("--check", "train.py")

@@ -9,7 +9,7 @@ import ast
 import pytest
 
 from fixture_cases import discover
-from migrator import SourceParseError, migrate
+from migrator import Options, SourceParseError, migrate
 from migrator.api import check
 
 CASES = [pytest.param(case, id=case.name) for case in discover()]
@@ -23,12 +23,13 @@ def _read(path):
 @pytest.mark.parametrize("case", CASES)
 def test_fixture(case, update_fixtures):
     source = _read(case.input_path)
+    options = Options(**case.options)
     if case.expects_parse_error:
         with pytest.raises(SourceParseError) as info:
-            migrate(source, context=case.context)
+            migrate(source, options, context=case.context)
         assert info.value.line > 0
         return
-    result = migrate(source, context=case.context)
+    result = migrate(source, options, context=case.context)
     if update_fixtures:
         if result.changed:
             case.expected_path.write_text(result.code, encoding="utf-8", newline="")
@@ -37,7 +38,7 @@ def test_fixture(case, update_fixtures):
     expected = _read(case.expected_path) if case.expected_path.exists() else source
     assert result.code == expected
     ast.parse(result.code)
-    assert migrate(result.code, context=case.context).code == result.code, "second run must be a no-op"
+    assert migrate(result.code, options, context=case.context).code == result.code, "second run must be a no-op"
     reported = sorted({d.code for d in result.diagnostics})
     assert reported == sorted(set(case.diagnostics)), "diagnostics differ from fixture.toml"
 
@@ -49,16 +50,17 @@ def _verdict(result):
 @pytest.mark.parametrize("case", CASES)
 def test_check_agrees_with_migrate(case):
     """`--check` runs api.check() (no code generated): same verdict as migrate() on input and expected."""
+    options = Options(**case.options)
     if case.expects_parse_error:
         with pytest.raises(SourceParseError):
-            check(_read(case.input_path), context=case.context)
+            check(_read(case.input_path), options, context=case.context)
         return
     paths = [case.input_path] + ([case.expected_path] if case.expected_path.exists() else [])
     for path in paths:
         source = _read(path)
-        checked = check(source, context=case.context)
+        checked = check(source, options, context=case.context)
         assert checked.code == source
-        assert _verdict(checked) == _verdict(migrate(source, context=case.context)), path
+        assert _verdict(checked) == _verdict(migrate(source, options, context=case.context)), path
 
 
 @pytest.mark.parametrize("case", CASES)

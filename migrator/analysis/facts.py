@@ -13,6 +13,7 @@ from libcst._nodes.internal import CodegenState
 from migrator.bindings import ScopeOwner
 from migrator.dataflow import LoaderFact, ModelUse, SaveSite
 from migrator.analysis.distributed import Distributed
+from migrator.analysis.spawn import SpawnFacts
 from migrator.analysis.helpers import Block, Statement
 
 
@@ -255,6 +256,7 @@ class ScriptFacts:
     # (main guard, first statement): the module-level set-up from that statement on moves into
     # the guard, after the process group's setup (analysis.entry.guard_hoist)
     hoisted_into_guard: Optional[Tuple[cst.If, Statement]] = None
+    spawn: Optional[SpawnFacts] = None  # workers started with mp.spawn: what --spawn does (None: none here)
 
     def line_col(self, node: cst.CSTNode) -> Tuple[int, int]:
         """1-based line and column, as editors and linters show them."""

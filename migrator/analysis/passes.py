@@ -16,6 +16,7 @@ from migrator.dataflow import Flow
 from migrator.analysis.facts import EntryPoint, LazyPositions, ModelFact, ScriptFacts
 from migrator.analysis.helpers import Block, Statement, _has_map_location, code_of
 from migrator.analysis import distributed
+from migrator.analysis.spawn import spawn_facts
 from migrator.context import FileContext
 from migrator.analysis import devices as _devices, entry as _entry, imports as _imports, models as _models
 
@@ -150,6 +151,7 @@ class _Analysis:
             attributes=tuple(self.c.attributes),
             assigns=tuple(self.c.assign_nodes),
             import_statements=tuple(self.c.import_statements),
+            spawn=spawn_facts(self),
             **self.flow_facts(models, entry),
         )
         facts = replace(facts, models=tuple(replace(m_, rebound=self.rebound.get(m_.expr, ())) for m_ in facts.models))

@@ -33,6 +33,7 @@ from migrator.rules import (
     set_epoch,
     sharded_eval,
     shutdown,
+    spawn,
     unmigrated,
     unwrap_module,
     wrap_model,
@@ -59,6 +60,7 @@ FIXERS: Tuple[Tuple[Rule, Planner], ...] = (
     (directories.RULE, directories.plan),
     (local_rank.RULE, local_rank.plan),
     (legacy_launch.RULE, legacy_launch.plan),  # already-distributed scripts only (it gates itself)
+    (spawn.RULE, spawn.plan),  # --spawn only (it gates itself): an mp.spawn script, distributed already
     (launch_calls.RULE, launch_calls.plan),
 )
 
@@ -81,8 +83,10 @@ RULES_BY_CODE: Dict[str, Rule] = {rule.code: rule for rule in RULES}
 # Launch commands and syntax PyTorch no longer parses are fixed everywhere.
 _LAUNCH_USAGE = frozenset({launch_calls.RULE.code, ASYNC_KEYWORD.code, advisories.LEGACY_LAUNCH_IMPORT.code, advisories.PYTHON_LAUNCH_UNSAFE.code})
 # Already distributed: what torchrun needs (the --local_rank argument) and the genuine bugs.
+# With --spawn, an mp.spawn script becomes a torchrun script (or says why not).
 ALREADY_DISTRIBUTED_SCOPE = _LAUNCH_USAGE | frozenset(
-    {local_rank.RULE.code, legacy_launch.RULE.code, caveats.RANK_DIVERGENCE.code, caveats.EVAL_SHARDED.code, *(rule.code for rule in distributed_bugs.RULES)}
+    {local_rank.RULE.code, legacy_launch.RULE.code, caveats.RANK_DIVERGENCE.code, caveats.EVAL_SHARDED.code, *(rule.code for rule in distributed_bugs.RULES),
+     spawn.RULE.code, advisories.SPAWN_NOT_MIGRATED.code}
 )
 # Test modules (pytest/unittest files) build models and optimizers to test them: no training advisories.
 TEST_MODULE_SCOPE = _LAUNCH_USAGE

@@ -89,15 +89,22 @@ if __name__ == "__main__":
 
 LOCAL_RANK = 'local_rank = int(os.environ.get("LOCAL_RANK", 0))\n'
 LOCAL_RANK_COMMENT = "# torchrun starts one process per device and sets LOCAL_RANK for each.\n"
+# The process group from torchrun's environment, or a world of one without torchrun. `{init}` is
+# how the script spells init_process_group, `{arguments}` what it is given besides the world and
+# `{world_of_one}` the same with WORLD_OF_ONE (rules.spawn fills them in for an mp.spawn worker's call).
+INIT = """\
+if "RANK" in os.environ:  # started by torchrun
+\t{init}({arguments})
+else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+\t{init}({world_of_one})
+"""
+WORLD_OF_ONE = "store={dist}.HashStore(), rank=0, world_size=1"
 SETUP = """\
 if {torch}.cuda.is_available():
 \t{torch}.cuda.set_device(local_rank)
 {backend} = "cpu:gloo,cuda:nccl" if {torch}.cuda.is_available() else "gloo"
-if "RANK" in os.environ:  # started by torchrun
-\t{dist}.init_process_group(backend={backend})
-else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
-\t{dist}.init_process_group(backend={backend}, store={dist}.HashStore(), rank=0, world_size=1)
-"""
+""" + INIT.replace("{init}", "{dist}.init_process_group").replace("{arguments}", "backend={backend}").replace(
+    "{world_of_one}", "backend={backend}, " + WORLD_OF_ONE)
 
 
 def needs_setup(facts: ScriptFacts) -> bool:

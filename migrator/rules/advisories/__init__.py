@@ -2,8 +2,8 @@
 
 The rules are split by concern, one module each: `entry` (no place to set up the process
 group), `devices` (`.cuda()` calls), `dataparallel` and `models` (what the wrap rule leaves),
-`sharding` and `loaders` (training loaders), `checkpoints` (saves the rank-0 rule cannot guard)
-and `launch` (torch.distributed.launch driven from Python). The rules that decline import them
+`sharding` and `loaders` (training loaders), `checkpoints` (saves the rank-0 rule cannot guard),
+`launch` (torch.distributed.launch driven from Python) and `spawn` (mp.spawn scripts `--spawn` leaves). The rules that decline import them
 from here; `RULES` keeps the registry's (and the README table's) order.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ from migrator.rules.advisories.launch import LEGACY_LAUNCH_IMPORT, PYTHON_LAUNCH
 from migrator.rules.advisories.loaders import NO_EPOCH_LOOP, UNTRACED_LOADER
 from migrator.rules.advisories.models import MODEL_NOT_TRACED
 from migrator.rules.advisories.sharding import CUSTOM_SAMPLER, ITERABLE_DATASET
+from migrator.rules.advisories.spawn import SPAWN_NOT_MIGRATED
 
 RULES = (
     NO_ENTRY_POINT,
@@ -32,6 +33,7 @@ RULES = (
     LEGACY_LAUNCH_IMPORT,
     PYTHON_LAUNCH_UNSAFE,
     SAVE_AFTER_TEARDOWN,
+    SPAWN_NOT_MIGRATED,
 )
 
 __all__ = [
@@ -49,5 +51,6 @@ __all__ = [
     "RULES",
     "SAVE_AFTER_TEARDOWN",
     "SHARED_WORK_IN_SAVE",
+    "SPAWN_NOT_MIGRATED",
     "UNTRACED_LOADER",
 ]
