@@ -6,7 +6,6 @@ every import spelling of a name resolves to one of these strings. The tool never
 from __future__ import annotations
 
 import re
-import sys
 from typing import Optional
 
 import libcst as cst

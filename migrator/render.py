@@ -10,7 +10,6 @@ diff on a terminal, to draw the --list-rules table there, or on Windows consoles
 """
 from __future__ import annotations
 
-import os
 import sys
 from typing import IO, TYPE_CHECKING, Any, Optional, Sequence, Tuple, Union
 

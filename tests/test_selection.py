@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import os
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner

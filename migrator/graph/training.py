@@ -16,7 +16,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 from migrator.context import FileContext
 from migrator.graph.distributing import what_it_does
-from migrator.graph.modules import INDEX, NOT_PROJECT_PACKAGES, ModuleSummary, absolute, dotted as _dotted, import_lines, lookup
+from migrator.graph.modules import NOT_PROJECT_PACKAGES, ModuleSummary, absolute, dotted as _dotted, import_lines, lookup
 
 LOADER = "loader:"  # a summary entry for a parameter the callee trains on (its training loader)
 MOVED = "moved:"  # ... for a trained parameter the callee moves to a device (`self.model = model.to(device)`)

@@ -171,7 +171,6 @@ class _Finder:
                 self._model_type(call)
 
     def _on(self, code: str) -> bool:
-        rule = {r.code: r for r in (MODULE_SAMPLER, MODULE_SET_EPOCH, MODULE_RANK_ZERO_SAVE, MODULE_CHECKPOINT_KEYS, MODULE_MODEL_API)}[code]
         return code in self.role.pieces and self.options.fix_enabled(code)
 
     # ----------------------------------------------------------------- DDP030
