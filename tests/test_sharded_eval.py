@@ -34,6 +34,18 @@ def test_sharded_evaluation_splits_the_loader_and_reduces_the_sums():
     assert migrate(code, Options(eval="sharded")).code == code
 
 
+def test_a_data_set_built_in_the_call_is_built_once_before_the_loader():
+    """`DataLoader(make_set(72), batch_size=36)`: sharded like the training loaders (fixture
+    eval_sharded_inline_dataset runs it under torchrun)."""
+    source = SCRIPT.replace("    val_loader = DataLoader(val_set, batch_size=8)",
+                            "    val_loader = DataLoader(TensorDataset(val_set.tensors[0], val_set.tensors[1]), batch_size=8)")
+    assert source != SCRIPT
+    code = migrate(source, Options(eval="sharded")).code
+    assert "    val_dataset = TensorDataset(val_set.tensors[0], val_set.tensors[1])\n" in code
+    assert "val_loader = DataLoader(val_dataset, batch_size=8, sampler=range(dist.get_rank(), len(val_dataset), dist.get_world_size()))" in code
+    assert migrate(code, Options(eval="sharded")).code == code
+
+
 @pytest.mark.parametrize("change, why", [
     ("            correct += (out.argmax(dim=1) == y).sum().item()\n",
      "            correct += (out.argmax(dim=1) == y).sum().item()\n            outputs.append(out)\n"),

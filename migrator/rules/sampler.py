@@ -110,12 +110,13 @@ def sampler_name(loader: LoaderFact, facts: ScriptFacts) -> str:
     base = (loader.target or "loader").split(".")[-1]
     for suffix in ("dataloader", "loader", "dl"):
         if base.endswith(suffix):
-            return _free_name(base[: -len(suffix)] + "sampler", facts, loader)
+            return free_name(base[: -len(suffix)] + "sampler", facts, loader)
     name = f"{base}_sampler"
-    return _free_name(name, facts, loader)
+    return free_name(name, facts, loader)
 
 
-def _free_name(name: str, facts: ScriptFacts, loader: LoaderFact) -> str:
+def free_name(name: str, facts: ScriptFacts, loader: LoaderFact) -> str:
+    """`name`, or `name2`, `name3`... when the loader's scope binds it already."""
     taken = facts.local_names.get(loader.owner, frozenset())
     candidate, n = name, 2
     while candidate in taken:
@@ -179,7 +180,7 @@ def _shard(facts: ScriptFacts, plan: Plan, loader: LoaderFact) -> None:
     dataset = code_of(loader.dataset)
     if not isinstance(loader.dataset, (cst.Name, cst.Attribute)):
         # The sampler and the loader must share one dataset object: build it once.
-        hoisted = _free_name(name[: -len("sampler")] + "dataset" if name.endswith("sampler") else f"{name}_dataset", facts, loader)
+        hoisted = free_name(name[: -len("sampler")] + "dataset" if name.endswith("sampler") else f"{name}_dataset", facts, loader)
         inserted += _build.statements(facts, f"{hoisted} = {dataset}\n")
         plan.replace(loader.dataset, lambda _: cst.Name(hoisted))
         dataset = hoisted

@@ -20,6 +20,7 @@ from migrator.edits import Plan
 from migrator.names import attribute_name
 from migrator.rule import Example, Rule
 from migrator.rules import _build
+from migrator.rules import sampler as _sampler_rule
 from migrator.rules.process_group import needs_setup
 from migrator.rules.sampler import RULE as SAMPLER
 from migrator.tree import descendants
@@ -37,7 +38,9 @@ With `--eval sharded` (or `eval = "sharded"` in [tool.ddp-migrate]), an evaluati
 that no backward pass or optimizer step reads) iterated in a loop under `torch.no_grad()` gets
 `sampler=range(dist.get_rank(), len(dataset), dist.get_world_size())`, and the numbers that loop
 adds up (`name += <...>.item()`, `name += x.size(0)`, `len(...)`, a constant) are all-reduced
-right after it. The default, `--eval replicated`, leaves evaluation loaders whole.""",
+right after it. A data set built inside the call (`DataLoader(make_set(72), batch_size=36)`) is
+built once before the loader, so the range and the loader read the same one. The default,
+`--eval replicated`, leaves evaluation loaders whole.""",
     why="""
 Replicated evaluation repeats the whole validation set on every rank: N times the work for the
 same numbers. Sharded evaluation without the all-reduce would print each rank's partial metric;
@@ -205,8 +208,8 @@ def _evaluation(facts: ScriptFacts, loader: LoaderFact):
         return "it has its own sampler"
     if loader.shuffle is not None and not (isinstance(loader.shuffle.value, cst.Name) and loader.shuffle.value.value == "False"):
         return "it shuffles"
-    if not isinstance(loader.dataset, (cst.Name, cst.Attribute)):
-        return "its data set is built in the call"
+    if loader.dataset is None:
+        return "its data set is not given as the first argument or `dataset=`"
     loops = _loops_over(facts, loader.target)
     if len(loops) != 1:
         return "it is not iterated by exactly one loop of this file"
@@ -233,6 +236,17 @@ def _evaluation(facts: ScriptFacts, loader: LoaderFact):
 def _shard(facts: ScriptFacts, plan: Plan, loader: LoaderFact, loop: cst.For, sums: List[str]) -> None:
     dist = facts.names.dist
     dataset = code_of(loader.dataset)
+    if not isinstance(loader.dataset, (cst.Name, cst.Attribute)):
+        # `DataLoader(make_set(72), batch_size=36)`: built once, before the loader, so the shard's
+        # range and the loader read the same data set (as the training loaders' sampler does).
+        base = (loader.target or "loader").split(".")[-1]
+        stem = next((base[: -len(s)] for s in ("dataloader", "loader", "dl") if base.endswith(s) and base != s), f"{base}_")
+        dataset = _sampler_rule.free_name(f"{stem}dataset", facts, loader)
+        statements = _build.statements(facts, f"{dataset} = {code_of(loader.dataset)}\n".replace("{", "{{").replace("}", "}}"))
+        statements[0] = statements[0].with_changes(leading_lines=loader.statement.leading_lines)
+        plan.insert_before(loader.statement, statements)
+        plan.replace(loader.statement, lambda statement: statement.with_changes(leading_lines=()))
+        plan.replace(loader.dataset, lambda _, name=dataset: cst.Name(name))
     sampler = f"range({dist}.get_rank(), len({dataset}), {dist}.get_world_size())"
     plan.replace(loader.call, lambda call: _with_range_sampler(call, sampler))
     if loader.kwargs_dict is not None:
