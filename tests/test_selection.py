@@ -130,12 +130,17 @@ def test_what_each_selection_writes_runs_under_torchrun(tmp_path):
     from runtime_probe.checks import assert_clean_exit
     from runtime_probe.harness import run_torchrun
 
+    # Migrated here, one after the other: CPython 3.11's AST constructor is not safe to use from
+    # several threads at once ("AST constructor recursion depth mismatch"); only the torchrun
+    # runs, which are subprocesses, overlap.
+    for name in SELECTIONS:
+        (tmp_path / f"{name}.py").write_text(migrate(SOURCE, _options(**SELECTIONS[name])).code)
+
     def run(name):
-        script = tmp_path / f"{name}.py"
-        script.write_text(migrate(SOURCE, _options(**SELECTIONS[name])).code)
         workdir = tmp_path / name
         workdir.mkdir()
-        return name, run_torchrun(script, workdir, args=MNIST.args, script_name="train.py", label=f"selection {name}")
+        return name, run_torchrun(tmp_path / f"{name}.py", workdir, args=MNIST.args, script_name="train.py",
+                                  label=f"selection {name}")
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         reports = dict(pool.map(run, SELECTIONS))

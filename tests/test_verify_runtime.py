@@ -82,7 +82,7 @@ HANG = textwrap.dedent("""
 """)
 
 ROTATION = "checkpoint_rotation"  # small, shuffled DistributedSampler, rank-0 saves and prints, try/finally
-GUARDED_SAVE = "        if dist.get_rank() == 0:\n            torch.save(model.module.state_dict(), snapshot_path)\n"
+GUARDED_SAVE = "        if is_main:\n            torch.save(model.module.state_dict(), snapshot_path)\n"
 STEP = ("            loss = nn.functional.mse_loss(model(x), y)\n"
         "            loss.backward()\n")
 MAIN_GUARD = ("    try:\n        main()\n    finally:\n        if dist.is_initialized():\n"
@@ -113,7 +113,7 @@ CASES = [
     # wrong migrations: the named check fails
     Case("no_set_epoch", ROTATION, edits=(("        sampler.set_epoch(epoch)\n", ""),)),
     Case("unguarded_save", ROTATION, edits=(
-        (GUARDED_SAVE, "        torch.save(model.module.state_dict(), snapshot_path)\n        if dist.get_rank() == 0:\n"),)),
+        (GUARDED_SAVE, "        torch.save(model.module.state_dict(), snapshot_path)\n        if is_main:\n"),)),
     Case("no_sampler", ROTATION, edits=(
         ("    sampler = DistributedSampler(data, shuffle=True)\n", ""),
         ("DataLoader(data, batch_size=8, sampler=sampler)", "DataLoader(data, batch_size=8, shuffle=True)"),
