@@ -456,6 +456,23 @@ def test_a_dataloader_worker_that_joins_the_group_is_named():
     assert "2 DataLoader worker processes of rank(s) 0, 1" in _evidence(_observed(run), "dataloader_workers")
 
 
+
+@pytest.mark.parametrize("ended", ["worker-hang", "timeout"])
+def test_a_run_ended_before_any_step_blames_the_run_not_the_sync(ended):
+    """When the hang is broken, the ranks may still get to write their records (a worker's
+    death raises in the rank): zero steps there is the run's failure, not a sync verdict."""
+    def stopped(rank: int) -> dict:
+        record = _rank(rank)
+        record.update(optimizer_steps=0, loaders=[], stop=None,
+                      exception={"type": "RuntimeError", "message": "DataLoader worker exited unexpectedly"})
+        return record
+    run = _run({0: stopped(0), 1: stopped(1)}, ended=ended, returncode=None)
+    observed = _observed(run)
+    verdicts = _verdicts(observed)
+    assert verdicts["run"] == "FAIL" and verdicts["in_sync"] == "SKIP", verdicts
+    assert "the run ended before any optimizer step (see run)" in _evidence(observed, "in_sync")
+
+
 DUMP = textwrap.dedent("""\
     Thread 0x00007f5488dff6c0 (most recent call first):
       File "/usr/lib/python3.11/threading.py", line 327 in wait

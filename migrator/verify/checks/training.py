@@ -4,6 +4,7 @@ from __future__ import annotations
 from migrator.verify.checks.base import (
     FAIL, PASS, SKIP, Observed, Row, row, no_records, per_rank_text, plural, rank_list, some,
 )
+from migrator.verify.checks.run import failed_before_training
 
 
 def check_in_sync(observed: Observed) -> Row:
@@ -14,6 +15,10 @@ def check_in_sync(observed: Observed) -> Row:
     records = observed.records
     steps = {rank: int(record.get("optimizer_steps") or 0) for rank, record in records.items()}
     if not any(steps.values()):
+        if not observed.run.exited or failed_before_training(observed.run, observed.plan.nproc):
+            # The run hung or crashed before a step: that is the run check's failure, and
+            # nothing here says whether the gradients would have been averaged.
+            return row(name, SKIP, "not observed: the run ended before any optimizer step (see run)")
         return row(name, FAIL, f"no optimizer step was taken "
                           f"({plural(observed.plan.steps_per_epoch, 'batch', 'batches')} per "
                            "pass: a loop that steps every N batches needs --steps-per-epoch N or more)")
