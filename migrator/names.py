@@ -76,6 +76,17 @@ PROGRESS_BARS = frozenset(
     {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.trange", "tqdm.auto.trange", "tqdm.std.tqdm"}
 )
 TORCH_LOAD = frozenset({"torch.load"})
+# Calls that fetch files from the network or unpack an archive into a folder: run by every rank,
+# they write the same files at once.
+DOWNLOADS = frozenset({
+    "urllib.request.urlretrieve", "urllib.request.urlopen", "requests.get", "wget.download", "gdown.download",
+    "torch.hub.download_url_to_file", "torchvision.datasets.utils.download_url",
+    "torchvision.datasets.utils.download_and_extract_archive", "torchvision.datasets.utils.extract_archive",
+    "torchvision.datasets.utils.download_file_from_google_drive", "tarfile.open", "zipfile.ZipFile",
+    "shutil.unpack_archive",
+})
+# Checks that a file or folder is there (`if not os.path.exists(root): download(root)`).
+PATH_CHECKS = frozenset({"exists", "isdir", "isfile", "is_dir", "is_file", "listdir"})
 DATALOADER = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 DISTRIBUTED_SAMPLER = frozenset(
     {"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"}

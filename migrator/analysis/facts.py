@@ -218,8 +218,10 @@ class ScriptFacts:
     cuda_calls: Tuple[CudaCall, ...]
     gpu_indexes: Tuple[GpuIndex, ...]
     functional_dataparallel: Tuple[cst.Call, ...]  # nn.parallel.data_parallel(module, input, ids)
-    download_statements: Tuple[cst.SimpleStatementLine, ...]  # CIFAR10(root, download=True)
+    download_statements: Tuple[Statement, ...]  # CIFAR10(root, download=True), download_data(root)
     batch_scalings: Tuple[Tuple[cst.SimpleStatementLine, str], ...]  # batch_size *= torch.cuda.device_count()
+    # (statement, target, the factor kept or None): workers *= torch.cuda.device_count()
+    worker_scalings: Tuple[Tuple[cst.SimpleStatementLine, str, Optional[cst.BaseExpression]], ...]
     visible_devices: Tuple[Tuple[cst.SimpleStatementLine, str], ...]  # os.environ["CUDA_VISIBLE_DEVICES"] = ...; `os.environ` as spelled
     import_time_model: Optional[Statement]  # a model built at import time of a module with a main guard
     device_var_needed: bool  # the setup must define `device` (unguarded .cuda() with no device variable)

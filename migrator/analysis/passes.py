@@ -18,6 +18,7 @@ from migrator.analysis.helpers import Block, Statement, _has_map_location, code_
 from migrator.analysis import distributed
 from migrator.analysis.spawn import spawn_facts
 from migrator.context import FileContext
+from migrator.tree import descendants
 from migrator.analysis import devices as _devices, entry as _entry, imports as _imports, models as _models
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -136,8 +137,9 @@ class _Analysis:
             cuda_calls=cuda_calls,
             gpu_indexes=self.gpu_indexes(),
             functional_dataparallel=tuple(self.calls(N.FUNCTIONAL_DATAPARALLEL)),
-            download_statements=self.download_statements(),
+            download_statements=self.download_statements(entry),
             batch_scalings=self.batch_scalings(),
+            worker_scalings=self.worker_scalings(),
             visible_devices=self.visible_devices(),
             import_time_model=import_time_model,
             hoisted_into_guard=(guard, hoisted[1]) if hoisted is not None else None,
@@ -209,19 +211,83 @@ class _Analysis:
             ),
         )
 
-    def download_statements(self) -> Tuple[cst.SimpleStatementLine, ...]:
-        """Statements that build a data set with `download=True` (torchvision's CIFAR10(..., download=True))."""
-        found: List[cst.SimpleStatementLine] = []
+    def download_statements(self, entry: Optional[EntryPoint]) -> Tuple[Statement, ...]:
+        """Statements that download or unpack a data set, which every rank would run at once: a
+        data set built with `download=True` (torchvision's CIFAR10(..., download=True)); in a
+        function, a call that fetches or extracts (`urllib.request.urlretrieve`, `tarfile.open`,
+        `requests.get`) or a call of this file's own function that does (`download_data(root)`,
+        the call site in the entry point, not the helper's body). An `if not os.path.exists(root):`
+        around one is part of it: a rank that checks after rank 0 finished would skip the barrier."""
+        found: List[Statement] = []
         for call in self.c.calls:
             if any(arg.keyword is not None and arg.keyword.value == "download" and N.is_name(arg.value, "True") for arg in call.args):
                 statement = self.statement_of(call)
                 if isinstance(statement, cst.SimpleStatementLine) and statement not in found:
                     found.append(statement)
-        return tuple(found)
+        if entry is None:
+            return tuple(found)
+        helpers = self.downloading_functions(entry.scope)
+        fetches = set(self.calls(N.DOWNLOADS))
+        for call in self.c.calls:
+            if call not in fetches and not (isinstance(call.func, cst.Name) and call.func.value in helpers):
+                continue
+            if self.scope_of(call) is not entry.scope:
+                continue  # a helper's own body, a method (a Dataset's __getitem__): its caller decides
+            statement = self.download_unit(call, entry.scope)
+            if statement is not None and statement not in found:
+                found.append(statement)
+        return tuple(sorted(found, key=lambda node: self.c.order.get(node, 0)))
+
+    def downloading_functions(self, entry: ScopeOwner) -> Dict[str, cst.FunctionDef]:
+        """This file's module-level functions that download or unpack, also through each other
+        (the entry point aside)."""
+        functions = {f.name.value: f for f in self.module.body if isinstance(f, cst.FunctionDef) and f is not entry}
+        fetches = set(self.calls(N.DOWNLOADS))
+        found: Dict[str, cst.FunctionDef] = {}
+        changed = True
+        while changed:
+            changed = False
+            for call in self.c.calls:
+                owner = self.scope_of(call)
+                if not isinstance(owner, cst.FunctionDef) or functions.get(owner.name.value) is not owner:
+                    continue
+                if owner.name.value in found:
+                    continue
+                if call in fetches or (isinstance(call.func, cst.Name) and call.func.value in found):
+                    found[owner.name.value] = owner
+                    changed = True
+        return found
+
+    def download_unit(self, call: cst.Call, owner: ScopeOwner) -> Optional[Statement]:
+        """The statement the barriers go around: the call's own, or the outermost `if` checking the
+        file system around it. None inside a loop (a barrier per iteration is not a download)."""
+        statement = self.statement_of(call)
+        unit = statement
+        for anc in self.ancestors(call):
+            if anc is owner:
+                break
+            if isinstance(anc, (cst.For, cst.While)):
+                return None
+            if isinstance(anc, cst.If) and any(
+                N.attribute_name(c.func) in N.PATH_CHECKS for c in descendants(anc.test, cst.Call)
+            ):
+                unit = anc
+        return unit if self.block_of(unit) is not None else None
 
     def batch_scalings(self) -> Tuple[Tuple[cst.SimpleStatementLine, str], ...]:
         """`opt.batch_size = opt.batch_size * opt.num_gpu` (num_gpu = torch.cuda.device_count()),
         `batch_size *= torch.cuda.device_count()`: DataParallel's way to keep the per-GPU batch."""
+        return tuple((statement, target) for statement, target, _ in self.gpu_count_scalings("batch"))
+
+    def worker_scalings(self) -> Tuple[Tuple[cst.SimpleStatementLine, str, Optional[cst.BaseExpression]], ...]:
+        """`opt.workers = opt.workers * opt.num_gpu`, `num_workers *= torch.cuda.device_count()`: one
+        DataParallel process fed every GPU; under torchrun each process would start that many."""
+        return self.gpu_count_scalings("worker")
+
+    def gpu_count_scalings(self, word: str) -> Tuple[Tuple[cst.SimpleStatementLine, str, Optional[cst.BaseExpression]], ...]:
+        """(statement, target, the other factor) for assignments to a name containing `word` that
+        multiply by the GPU count: the call, a name bound to it, `max(n_gpu, 1)` or `(n_gpu or 1)`.
+        The other factor is None for `x *= n_gpu`."""
         counts = self.calls(frozenset({"torch.cuda.device_count"}))
         if not counts:
             return ()
@@ -231,16 +297,15 @@ class _Analysis:
         found = []
         for target, statement in self.c.assignments:
             small = statement.body[0]
-            if "batch" not in target.split(".")[-1].lower():
+            if word not in target.split(".")[-1].lower():
                 continue
             if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.MultiplyAssign):
-                factors = [small.value]
+                if _is_gpu_count(small.value, names):
+                    found.append((statement, target, None))
             elif isinstance(small, cst.Assign) and isinstance(small.value, cst.BinaryOperation) and isinstance(small.value.operator, cst.Multiply):
-                factors = [small.value.left, small.value.right]
-            else:
-                continue
-            if any(code_of(f) in names for f in factors):
-                found.append((statement, target))
+                left, right = small.value.left, small.value.right
+                if _is_gpu_count(right, names) or _is_gpu_count(left, names):
+                    found.append((statement, target, left if _is_gpu_count(right, names) else right))
         return tuple(found)
 
     def directory_creations(self) -> Tuple[Tuple[cst.Call, str], ...]:
@@ -368,3 +433,14 @@ class _Analysis:
     local_rank_arguments = _imports.local_rank_arguments
     launch_literals = _imports.launch_literals
     dataparallel_imports = _imports.dataparallel_imports
+
+
+def _is_gpu_count(node: cst.BaseExpression, names: Set[str]) -> bool:
+    """The GPU count, or a name bound to it, also as `max(n_gpu, 1)` and `(n_gpu or 1)`."""
+    if code_of(node) in names:
+        return True
+    if isinstance(node, cst.Call) and N.is_name(node.func, "max"):
+        return any(code_of(arg.value) in names for arg in node.args)
+    if isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.Or):
+        return code_of(node.left) in names
+    return False

@@ -24,6 +24,7 @@ from migrator.rules import (
     global_batch,
     launch_calls,
     legacy_launch,
+    loader_workers,
     local_rank,
     moved_after_wrap,
     no_sync,
@@ -50,6 +51,7 @@ FIXERS: Tuple[Tuple[Rule, Planner], ...] = (
     (downloads.RULE, downloads.plan),  # before the sampler: its barrier precedes a data set the sampler hoists
     (sampler.RULE, sampler.plan),
     (global_batch.RULE, global_batch.plan),  # after the sampler: both edit the loader call
+    (loader_workers.RULE, loader_workers.plan),
     (set_epoch.RULE, set_epoch.plan),
     (no_sync.RULE, no_sync.plan),
     (sharded_eval.RULE, sharded_eval.plan),

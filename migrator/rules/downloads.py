@@ -97,6 +97,179 @@ if __name__ == "__main__":
             dist.destroy_process_group()
 ''',
         ),
+        Example(
+            id="download-helper",
+            before='''import os
+import tarfile
+import urllib.request
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def fetch(root):
+    urllib.request.urlretrieve("https://example.com/data.tar", "data.tar")
+    with tarfile.open("data.tar") as tar:
+        tar.extractall(root)
+
+
+def main(root="data"):
+    if not os.path.isdir(root):
+        fetch(root)
+    loader = DataLoader(TensorDataset(*torch.load(os.path.join(root, "train.pt"))), batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import os
+import tarfile
+import urllib.request
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data.distributed import DistributedSampler
+
+
+def fetch(root):
+    urllib.request.urlretrieve("https://example.com/data.tar", "data.tar")
+    with tarfile.open("data.tar") as tar:
+        tar.extractall(root)
+
+
+def main(root="data"):
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+    if dist.get_rank() != 0:
+        dist.barrier()  # rank 0 downloads the data set first
+    if not os.path.isdir(root):
+        fetch(root)
+    if dist.get_rank() == 0:
+        dist.barrier()
+    dataset = TensorDataset(*torch.load(os.path.join(root, "train.pt")))
+    sampler = DistributedSampler(dataset, shuffle=True)
+    loader = DataLoader(dataset, batch_size=8, sampler=sampler)
+    model = torch.nn.Linear(4, 1)
+    model = DDP(model, device_ids=None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+            diagnostics=("DDP120",),
+        ),
+        Example(
+            id="archive-read-by-the-data-set",
+            fires=False,
+            before='''import tarfile
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Shards(Dataset):
+    def __init__(self, path):
+        self.tar = tarfile.open(path)  # read in every process and worker: nothing is written
+        self.names = self.tar.getnames()
+
+    def __len__(self):
+        return len(self.names)
+
+    def __getitem__(self, index):
+        return torch.load(self.tar.extractfile(self.names[index]))
+
+
+def main():
+    loader = DataLoader(Shards("shards.tar"), batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import tarfile
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data.distributed import DistributedSampler
+
+
+class Shards(Dataset):
+    def __init__(self, path):
+        self.tar = tarfile.open(path)  # read in every process and worker: nothing is written
+        self.names = self.tar.getnames()
+
+    def __len__(self):
+        return len(self.names)
+
+    def __getitem__(self, index):
+        return torch.load(self.tar.extractfile(self.names[index]), map_location="cpu")
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+    dataset = Shards("shards.tar")
+    sampler = DistributedSampler(dataset, shuffle=True)
+    loader = DataLoader(dataset, batch_size=8, sampler=sampler)
+    model = torch.nn.Linear(4, 1)
+    model = DDP(model, device_ids=None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+        ),
     ),
 )
 
