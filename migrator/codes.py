@@ -60,6 +60,8 @@ CODES: Tuple[Tuple[str, str], ...] = (
     ("DDP033", "module-checkpoint-keys"),
     ("DDP034", "module-model-api"),
     ("DDP140", "project-module-needs-migration"),
+    ("DDP035", "module-rank-zero-output"),
+    ("DDP036", "module-shared-folders"),
     ("DDP201", "launch-to-torchrun"),
     ("DDP202", "drop-use-env"),
     ("DDP203", "drop-local-rank-arg"),
@@ -90,6 +92,8 @@ REQUIRES: Dict[str, Tuple[str, ...]] = {
     "DDP032": ("DDP001",),
     "DDP033": ("DDP003",),
     "DDP034": ("DDP003",),
+    "DDP035": ("DDP001",),
+    "DDP036": ("DDP001",),
 }
 
 #: Advisories that ask for no action: they never fail --check (every other finding does).

@@ -171,3 +171,28 @@ class Visitor:
 
     def run(self, root: cst.CSTNode) -> None:
         walk(root, self.on_visit, self.on_leave)
+
+
+def keyword_arg(name: str, value: cst.BaseExpression) -> cst.Arg:
+    """`name=value`, spelled the PEP 8 way for keyword arguments (no spaces around `=`)."""
+    return cst.Arg(
+        value=value,
+        keyword=cst.Name(name),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+
+
+def with_keyword(call: cst.Call, name: str, value: str) -> cst.Call:
+    """The call with `name=value` appended to its arguments."""
+    return call.with_changes(args=[*call.args, keyword_arg(name, cst.parse_expression(value))])
+
+
+def class_constructors(module: cst.Module) -> Dict[str, cst.FunctionDef]:
+    """The module-level classes of the file by name, each with its own `__init__`."""
+    found: Dict[str, cst.FunctionDef] = {}
+    for node in module.body:
+        if isinstance(node, cst.ClassDef) and isinstance(node.body, cst.IndentedBlock):
+            init = next((f for f in node.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "__init__"), None)
+            if init is not None:
+                found[node.name.value] = init
+    return found

@@ -39,6 +39,7 @@ from runtime_probe.checks import (
     assert_disjoint_shards,
     assert_identical_params,
     assert_process_group_destroyed,
+    assert_rank0_output,
     assert_reshuffled_each_epoch,
     assert_same_saved_keys,
     assert_single_writer,
@@ -333,6 +334,13 @@ def test_self_checkpoint_written_by_every_rank_is_detected(tmp_path: Path) -> No
     assert_trains_correctly_under_ddp(report, skip={"single_writer"})
     expect_failure(assert_single_writer, report,
                    match="'ckpt.pt' is written by rank(s) [0, 1] (rank 0: 1 call(s), rank 1: 1 call(s))")
+
+
+def test_self_output_on_every_rank_is_detected(tmp_path: Path) -> None:
+    report = run_torchrun(ddp_script(tmp_path, "print_everywhere", crash='print(f"done on rank {rank}")'),
+                          tmp_path / "run")
+    assert_trains_correctly_under_ddp(report, skip={"rank0_output"})
+    expect_failure(assert_rank0_output, report, match="rank 1: 1 printed line(s), 0 tqdm update(s), e.g. ")
 
 
 def test_self_wrapper_state_dict_keys_are_detected(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from migrator.analysis.helpers import Block, Statement, _has_map_location, code_
 from migrator.analysis import distributed
 from migrator.analysis.spawn import spawn_facts
 from migrator.context import FileContext
-from migrator.tree import descendants
+from migrator.tree import class_constructors, descendants
 from migrator.analysis import devices as _devices, entry as _entry, imports as _imports, models as _models
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -162,6 +162,7 @@ class _Analysis:
     def functions_before_setup(self, facts: ScriptFacts) -> FrozenSet[cst.CSTNode]:
         """Module-level functions called before the setup (`_init_(cfg)` in the guard, before main())."""
         functions = {f.name.value: f for f in self.module.body if isinstance(f, cst.FunctionDef)}
+        functions.update(class_constructors(self.module))  # `CharDataset(text)`: its __init__ runs there
         found: Set[cst.CSTNode] = set()
         changed = True
         while changed:

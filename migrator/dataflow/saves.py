@@ -9,7 +9,7 @@ import libcst as cst
 from migrator import names as N
 from migrator.names import attribute_name
 from migrator.dataflow.core import FlowBase, LoaderFact, SaveSite, Statement, _iterated, code_of
-from migrator.tree import descendants
+from migrator.tree import class_constructors, descendants
 
 
 class SaveFlow(FlowBase):
@@ -131,7 +131,9 @@ class SaveFlow(FlowBase):
             if isinstance(loop, cst.For) and any(_iterated(loop) == (l.target or "") for l in loaders):
                 loops.add(loop)
         per_epoch = self.called_in(loops)
-        log_helpers = {fn for fn in self.c.functions if _only_logs(fn)}  # guarded where they are called
+        called = {call.func.value for call in self.c.calls if isinstance(call.func, cst.Name)}
+        # guarded where they are called; a callback only handed over is guarded inside
+        log_helpers = {fn for fn in self.c.functions if _only_logs(fn) and fn.name.value in called}
         found = []
         for statement in [*self.c.log_statements, *self.log_helper_calls()]:
             if self.under_rank_check(statement) or self.runs_shared_code(statement):
@@ -154,19 +156,31 @@ class SaveFlow(FlowBase):
     def called_in(self, loops: Set[cst.CSTNode]) -> Set[cst.CSTNode]:
         """The file's functions a training loop calls by name (`train_iter(epoch, model, ...)`, a
         full-batch step with no loader: what they print, they print every epoch), and those the
-        entry point calls (`test(model, ...)` after the loop: its score, once)."""
+        entry point calls (`test(model, ...)` after the loop: its score, once); the `__init__` of
+        the file's classes it instantiates (`CharDataset(text)` printing its size); and the
+        functions it hands over by name (`trainer.set_callback("on_batch_end", log_batch)`: a
+        trainer calls them while it trains)."""
         if self.entry_scope is None:
             return set()
-        names = {
-            call.func.value
-            for call in self.c.calls
-            if isinstance(call.func, cst.Name) and call.func.value in self.functions
-            and (
-                self.a.scope_of(call) in (self.entry_scope, self.a.module)
-                or any(self.a.is_inside(call, loop) for loop in loops)
-            )
-        }
-        return {self.functions[name] for name in names}
+        constructors = class_constructors(self.a.module)
+        found: Set[cst.CSTNode] = set()
+        for call in self.c.calls:
+            scope = self.a.scope_of(call)
+            if scope not in (self.entry_scope, self.a.module) and not any(self.a.is_inside(call, loop) for loop in loops):
+                continue
+            if isinstance(call.func, cst.Name):
+                name = call.func.value
+                found.update(f for f in (self.functions.get(name), constructors.get(name)) if f is not None)
+            for arg in call.args:
+                if isinstance(arg.value, cst.Name):
+                    found.update(self.handed_over(arg.value.value, scope))
+        return found
+
+    def handed_over(self, name: str, scope) -> List[cst.FunctionDef]:
+        """The function `name` refers to where it is passed: one defined at module level, or
+        beside the call (a callback defined in the entry point)."""
+        return [fn for fn in self.c.functions
+                if fn.name.value == name and self.a.scope_of(fn) in (scope, self.a.module)]
 
     def log_helper_calls(self) -> List[cst.SimpleStatementLine]:
         """`log_string("epoch %d" % epoch)`, a function of this file that only logs and prints: its

@@ -8,7 +8,10 @@ group, and plans here (rules in migrator.project.rules):
   DDP030  a shuffled DataLoader built here gets a DistributedSampler,
   DDP031  a training loop over a loader gets `set_epoch` in reach of its epoch number,
   DDP032  checkpoints (`torch.save`) are written by rank 0,
-  DDP033  a model's `state_dict()` / `load_state_dict()` go through `.module` when it is wrapped.
+  DDP033  a model's `state_dict()` / `load_state_dict()` go through `.module` when it is wrapped,
+  DDP034  the model's own methods and submodules go through `.module` when it is wrapped,
+  DDP035  prints and progress bars show on rank 0,
+  DDP036  folders every rank creates tolerate the others' copy under torchrun.
 
 Every edit is conditional on a process group being there (`dist.is_initialized()`,
 `isinstance(model, DDP)`): the module may have other callers (an evaluation script, a notebook)
@@ -25,11 +28,14 @@ import libcst as cst
 from migrator import edits, suppress
 from migrator.analysis.facts import LazyPositions
 from migrator.bindings import dotted_name
+from migrator.tree import with_keyword
 from migrator.options import Options
 from migrator.project.rules import (
     MODULE_CHECKPOINT_KEYS,
     MODULE_MODEL_API,
     MODULE_NEEDS_MIGRATION,
+    MODULE_RANK_ZERO_OUTPUT,
+    MODULE_SHARED_FOLDERS,
     MODULE_RANK_ZERO_SAVE,
     MODULE_SAMPLER,
     MODULE_SET_EPOCH,
@@ -64,6 +70,10 @@ from migrator.project.shapes import (
     wrappers,
 )
 
+# Rank 0 by torchrun's environment (unset: one plain process), with or without a process group.
+ENV_RANK_ZERO = 'int(os.environ.get("RANK", 0)) == 0'
+ENV_NOT_RANK_ZERO = 'int(os.environ.get("RANK", 0)) != 0'
+
 DATAPARALLEL_IN_MODULE = "DataParallel in a module a training script imports"  # planning blocks on it
 
 
@@ -79,7 +89,7 @@ class ModuleRole:
     """
 
     entries: Tuple[str, ...]
-    pieces: Tuple[str, ...] = ("DDP030", "DDP031", "DDP032", "DDP033", "DDP034")
+    pieces: Tuple[str, ...] = ("DDP030", "DDP031", "DDP032", "DDP033", "DDP034", "DDP035", "DDP036")
     unwrap_keys: bool = True
     batch: str = "per-process"  # Options.batch as it applies to the scripts (rules.global_batch)
     batch_why: str = ""
@@ -106,7 +116,7 @@ def _migrate_module(
     source: str, options: Options, role: ModuleRole, rewrite: bool,
     parsed: Optional[Tuple[str, Tuple[cst.Module, LazyPositions]]] = None,
 ) -> Result:
-    if not any(word in source for word in ("DataLoader", "loader", "save", "state_dict", "model", "net", "iter", "data")):
+    if not any(word in source for word in ("DataLoader", "loader", "save", "state_dict", "model", "net", "iter", "data", "print", "tqdm")):
         return Result(code=source, original=source)
     if parsed is not None and parsed[0] == source:  # a suppression's rerun gets other text, parsed anew
         module, positions = parsed[1]
@@ -150,6 +160,8 @@ class _Finder:
         if self._on(MODULE_SET_EPOCH.code):
             for loop in loops:
                 self._set_epoch(loop)
+            for handler in (n for n in self.parents if isinstance(n, cst.ExceptHandler) and n not in demo):
+                self._restart_epoch(handler)
         for call in calls if MODULE_SAMPLER.code in role.pieces else ():  # not in the migrated script itself
             if (dotted_name(call.func) or "").split(".")[-1] == "DataParallel":
                 self._report(call, DATAPARALLEL_IN_MODULE + ": the script wraps its model "
@@ -169,6 +181,12 @@ class _Finder:
                     self._model_api(node)
             for call in calls:
                 self._model_type(call)
+        if self._on(MODULE_RANK_ZERO_OUTPUT.code):
+            for call in calls:
+                self._output(call)
+        if self._on(MODULE_SHARED_FOLDERS.code):
+            for call in calls:
+                self._folder(call)
 
     def _on(self, code: str) -> bool:
         return code in self.role.pieces and self.options.fix_enabled(code)
@@ -179,6 +197,8 @@ class _Finder:
             return
         own = next((arg for arg in call.args if arg.keyword is not None and arg.keyword.value in SAMPLER_KEYWORDS), None)
         if own is not None:
+            if self._random_sampler(call, own):
+                return
             if "distributed" not in source_of(own.value).lower() and shuffles_or_samples(own.value):
                 self._report(call, f"a DataLoader with its own {own.keyword.value} (`{short(own.value)}`) in a module a "
                                    "training script imports: under DDP every rank would draw from the whole data set; "
@@ -219,6 +239,26 @@ class _Finder:
                  f"; its batch size stays per process, the global batch grows with the processes ({self.role.batch_why}; "
                  "--batch global keeps it)" if self.role.batch_why else "")
         self._change(MODULE_SAMPLER.code, call, f"DistributedSampler for the shuffled DataLoader (`{name}`), when a process group is set up{split}")
+
+    def _random_sampler(self, call: cst.Call, own: cst.Arg) -> bool:
+        """`sampler=RandomSampler(dataset, replacement=True, num_samples=...)`: under a process
+        group, a DistributedSampler over the same data set instead (this rank's shard, in a new
+        order each pass: DDP031 sets the epoch where the loader is iterated again)."""
+        value = own.value
+        if not (own.keyword is not None and own.keyword.value == "sampler" and isinstance(value, cst.Call)
+                and (dotted_name(value.func) or "").split(".")[-1] == "RandomSampler"):
+            return False
+        dataset = next((arg.value for arg in value.args if arg.keyword is None and not arg.star), None) or next(
+            (arg.value for arg in value.args if arg.keyword is not None and arg.keyword.value == "data_source"), None)
+        if dataset is None or not is_plain_reference(dataset):
+            return False
+        dist = self.names.dist
+        self.plan.replace(value, lambda updated: cst.parse_expression(
+            f"{self.names.sampler}({source_of(dataset)}, shuffle=True) if {dist}.is_initialized() else {source_of(updated)}"))
+        self.names.need(self.plan, dist=True, sampler=True)
+        self._change(MODULE_SAMPLER.code, call, (
+            f"DistributedSampler in place of `{short(value)}` when a process group is set up (each rank its own shard)"))
+        return True
 
     def _split_batch(self, call: cst.Call, statement: cst.SimpleStatementLine, sampler: str) -> str:
         """--batch global (migrator.rules.global_batch) in a module: the sharded loader's batch_size
@@ -292,6 +332,30 @@ class _Finder:
         self.plan.insert_before(loop, [statement])
         self.names.need(self.plan, sampler=True)
         self._change(MODULE_SET_EPOCH.code, loop, f"`{loader}.sampler.set_epoch({epoch})` before the training loop")
+
+    def _restart_epoch(self, handler: cst.ExceptHandler) -> None:
+        """`except StopIteration: data_iter = iter(train_loader)`: a loop over steps that starts the
+        loader again when it runs out. Each restart is a new pass: the sampler's epoch moves on."""
+        if handler.type is None or dotted_name(handler.type) != "StopIteration":
+            return
+        function = self._enclosing(handler, cst.FunctionDef)
+        scope = function or self.module
+        if any(isinstance(n, cst.Attribute) and n.attr.value == "set_epoch" for n in walk(scope)):
+            return
+        for statement in handler.body.body:
+            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+            value = getattr(small, "value", None)
+            if not (isinstance(small, cst.Assign) and isinstance(value, cst.Call) and dotted_name(value.func) == "iter"
+                    and len(value.args) == 1 and is_plain_reference(value.args[0].value)):
+                continue
+            loader = source_of(value.args[0].value)
+            epoch = cst.parse_statement(
+                f"if isinstance(getattr({loader}, \"sampler\", None), {self.names.sampler}):  # a new order each pass\n"
+                f"    {loader}.sampler.set_epoch({loader}.sampler.epoch + 1)\n")
+            self.plan.insert_before(statement, [epoch])
+            self.names.need(self.plan, sampler=True)
+            self._change(MODULE_SET_EPOCH.code, statement, f"`{loader}.sampler.set_epoch(...)` each time the loader starts again")
+            return
 
     def _epoch_in_reach(self, loop: cst.For, function: Optional[cst.FunctionDef]) -> Optional[str]:
         node = self.parents.get(loop)
@@ -417,6 +481,67 @@ class _Finder:
             args=[updated.args[0].with_changes(value=cst.parse_expression(bare)), *updated.args[1:]]))
         self.names.need(self.plan, ddp=True)
         self._change(MODULE_MODEL_API.code, first, f"`{call.func.value}({receiver})` asks about the model's class, not DDP's")
+
+    # ----------------------------------------------------------------- DDP035
+    def _output(self, call: cst.Call) -> None:
+        """A `print(...)` statement or a tqdm bar in a function: every rank that calls it shows it.
+        torchrun's RANK decides, not the process group: a config parser or a data set prints
+        before the script sets the group up."""
+        function = self._enclosing(call, cst.FunctionDef)
+        if function is None or self._rank_checked(call, function):
+            return
+        spelled = dotted_name(call.func)
+        if spelled in self.names.progress_bars:
+            if any(arg.keyword is not None and arg.keyword.value == "disable" for arg in call.args) or any(
+                    arg.star for arg in call.args):
+                return
+            self.plan.replace(call, lambda updated: with_keyword(updated, "disable", ENV_NOT_RANK_ZERO))
+            self._change(MODULE_RANK_ZERO_OUTPUT.code, call, "progress bar drawn on rank 0 only")
+        elif spelled == "print":
+            statement = self._statement(call)
+            if statement is None or len(statement.body) != 1 or not (
+                    isinstance(statement.body[0], cst.Expr) and statement.body[0].value is call):
+                return
+            self.plan.guard(statement, ENV_RANK_ZERO)
+            self._change(MODULE_RANK_ZERO_OUTPUT.code, call, "printed on rank 0 only")
+        else:
+            return
+        self.plan.need_import("os")
+
+    # ----------------------------------------------------------------- DDP036
+    def _folder(self, call: cst.Call) -> None:
+        """`path.mkdir(parents=True, exist_ok=False)`, `os.makedirs(d)`, `os.mkdir(d)`: raises on
+        every rank but the first that gets there."""
+        func = call.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in ("mkdir", "makedirs") or any(arg.star for arg in call.args):
+            return
+        spelled = dotted_name(func) or ""
+        is_os = spelled in ("os.mkdir", "os.makedirs")
+        positional = [arg for arg in call.args if arg.keyword is None]
+        if is_os and (not positional or len(positional) > 2 or (spelled == "os.mkdir" and len(positional) > 1)):
+            return  # `os.makedirs(d, mode, exist_ok)` positionally, or nothing to create
+        if not is_os and (len(positional) > 2 or self._enclosing(call, cst.FunctionDef) is None):
+            return
+        if not is_os and not any(arg.keyword is not None and arg.keyword.value in ("parents", "exist_ok") for arg in call.args):
+            return  # `x.mkdir()` alone: too common a name to be sure it is a Path
+        current = next((arg for arg in call.args if arg.keyword is not None and arg.keyword.value == "exist_ok"), None)
+        if current is not None and (is_true(current.value) or "os.environ" in source_of(current.value)):
+            return  # exist_ok already, or decided by the environment (ours, on a second run)
+        before = source_of(current.value) if current is not None else None
+        value = f'{before} or "RANK" in os.environ' if before and not is_false(current.value) else '"RANK" in os.environ'
+
+        def rewrite(updated: cst.Call) -> cst.Call:
+            args = [arg for arg in updated.args if not (arg.keyword is not None and arg.keyword.value == "exist_ok")]
+            if args:
+                args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            new = updated.with_changes(args=args)
+            if spelled == "os.mkdir":
+                new = new.with_changes(func=new.func.with_changes(attr=cst.Name("makedirs")))
+            return with_keyword(new, "exist_ok", value)
+
+        self.plan.replace(call, rewrite)
+        self.plan.need_import("os")
+        self._change(MODULE_SHARED_FOLDERS.code, call, "folder created with exist_ok under torchrun (every rank creates it)")
 
     def _handed_over(self, call: cst.CSTNode, receiver: str) -> bool:
         """`self.model` or a parameter of the function: a model that may come from the training

@@ -10,6 +10,7 @@ import libcst as cst
 
 from migrator import edits
 from migrator.bindings import dotted_name
+from migrator.names import PROGRESS_BARS
 from migrator.tree import children
 
 # What a DDP wrapper answers itself: nn.Module's API (and DDP's). Anything else a module asks of
@@ -48,6 +49,7 @@ class ModuleNames:
     sampler_needed: bool
     ddp: str
     ddp_needed: bool
+    progress_bars: Set[str] = frozenset()  # how the module calls tqdm: `tqdm`, `tqdm.tqdm`, `trange`
 
     @classmethod
     def of(cls, module: cst.Module) -> "ModuleNames":
@@ -74,8 +76,10 @@ class ModuleNames:
         dist = next((local for local, full in imported.items() if full == "torch.distributed"), None)
         sampler = next((local for local, full in imported.items() if full.endswith(".DistributedSampler")), None)
         ddp = next((local for local, full in imported.items() if full.endswith(".DistributedDataParallel")), None)
+        bars = {local for local, full in imported.items() if full in PROGRESS_BARS} | {
+            f"{local}.{name}" for local, full in imported.items() if full in ("tqdm", "tqdm.auto") for name in ("tqdm", "trange")}
         return cls(torch_like, dataloaders, torch_saves, torch_loads, dist or "dist", dist is None, sampler or "DistributedSampler",
-                   sampler is None, ddp or "DDP", ddp is None)
+                   sampler is None, ddp or "DDP", ddp is None, frozenset(bars))
 
     def need(self, plan: edits.Plan, dist: bool = False, sampler: bool = False, ddp: bool = False) -> None:
         if dist and self.dist_needed:

@@ -10,6 +10,7 @@ from typing import List
 import libcst as cst
 
 from migrator.analysis import ScriptFacts
+from migrator.tree import keyword_arg, with_keyword  # noqa: F401 - the rules build calls with them here
 
 
 def statements(facts: ScriptFacts, source: str, **names: str) -> List[cst.BaseStatement]:
@@ -72,15 +73,3 @@ def set_apart(statements: List[cst.BaseStatement], anchor: cst.BaseStatement) ->
     return [first.with_changes(leading_lines=[*blanks, *first.leading_lines]), *statements[1:]]
 
 
-def keyword_arg(name: str, value: cst.BaseExpression) -> cst.Arg:
-    """`name=value`, spelled the PEP 8 way for keyword arguments (no spaces around `=`)."""
-    return cst.Arg(
-        value=value,
-        keyword=cst.Name(name),
-        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
-    )
-
-
-def with_keyword(call: cst.Call, name: str, value: str) -> cst.Call:
-    """The call with `name=value` appended to its arguments."""
-    return call.with_changes(args=[*call.args, keyword_arg(name, cst.parse_expression(value))])

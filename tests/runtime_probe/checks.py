@@ -337,6 +337,25 @@ def assert_reshuffled_each_epoch(report: RunReport) -> str:
     return "; ".join(dict.fromkeys(notes))
 
 
+# -- output ----------------------------------------------------------------------------
+def assert_rank0_output(report: RunReport) -> str:
+    """Ranks other than 0 neither print (the script's own print()/sys.stdout.write) nor draw tqdm
+    bars: the probe attributes each write to the code that made it."""
+    noisy = []
+    for rank, record in sorted(report.records.items()):
+        output = record.get("output") or {}
+        printed = (output.get("print") or {}).get("lines") or 0
+        bars = (output.get("tqdm") or {}).get("writes") or 0
+        if rank != 0 and (printed or bars):
+            samples = (output.get("print") or output.get("tqdm") or {}).get("samples") or [{}]
+            noisy.append(f"rank {rank}: {printed} printed line(s), {bars} tqdm update(s), e.g. "
+                         f"{samples[0].get('where')}: {samples[0].get('text')!r}")
+    if noisy:
+        _fail(report, "; ".join(noisy) + ": only rank 0 may print or draw progress bars")
+    zero = report.records.get(0, {}).get("output") or {}
+    return f"rank 0 printed {(zero.get('print') or {}).get('lines') or 0} line(s); the other ranks nothing"
+
+
 # -- checkpoints -----------------------------------------------------------------------
 def assert_single_writer(report: RunReport) -> str:
     """Every file written with torch.save is written by one process: rank 0."""
@@ -441,6 +460,7 @@ def assert_trains_correctly_under_ddp(report: RunReport, nproc: int = 2,
         ("disjoint_shards", lambda: assert_disjoint_shards(report, nproc)),
         ("reshuffled_each_epoch", lambda: assert_reshuffled_each_epoch(report)),
         ("single_writer", lambda: assert_single_writer(report)),
+        ("rank0_output", lambda: assert_rank0_output(report)),
     ]
     skip = set(skip)
     unknown = skip - {name for name, _ in checks}

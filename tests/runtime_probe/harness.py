@@ -8,9 +8,9 @@ The script is copied into `workdir` and run there, so the checkpoints it writes 
 `workdir`. `support=<folder>` also copies every file under that folder into `workdir`, next to
 the script (sibling modules the script imports, e.g. a fixture's support/function.py), as is.
 The probe's records are read into the report; the probe folder is temporary.
-The probe is ddp-migrate verify's (migrator/verify/probe/sitecustomize.py), run with none of
-verify's settings: no batch limit, no stop. Its record format is documented in
-sitecustomize.RECORD_FORMAT.
+The probe is ddp-migrate verify's (migrator/verify/probe/sitecustomize.py), run with its watch of
+what each process prints and writes, and none of its limits: no batch limit, no stop. Its record
+format is documented in sitecustomize.RECORD_FORMAT.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ _LAUNCHER_VARS = (
     "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
     "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE",
     "TORCHELASTIC_ERROR_FILE", "_DDP_PROBE_OWNER_PID", "DDP_PROBE_DIR", "DDP_PROBE_SINGLE",
-    # ddp-migrate verify's settings of the probe: never on in these tests
+    # ddp-migrate verify's settings of the probe: never on in these tests (the watch is set below)
     "DDP_PROBE_MAX_BATCHES", "DDP_PROBE_EPOCHS", "DDP_PROBE_WATCH", "_DDP_PROBE_DL_PARENT",
 )
 
@@ -189,6 +189,9 @@ def probe_env(probe_dir: Path, single: bool = False, cpu_only: bool = True,
     env["DDP_PROBE_DIR"] = str(probe_dir)
     if single:
         env["DDP_PROBE_SINGLE"] = "1"
+    # verify's watch of what each process prints and writes (no batch limit, no stop): the
+    # rank0_output check reads it.
+    env["DDP_PROBE_WATCH"] = "1"
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("PYTHONHASHSEED", "0")
