@@ -85,8 +85,8 @@ def _guarded(analysis, node: cst.CSTNode) -> bool:
     `if <not rank 0>: return` in its function."""
     previous = node
     for anc in analysis.ancestors(node):
-        if isinstance(anc, cst.If) and previous is not anc.test and _rank_test(anc.test):
-            return True
+        if isinstance(anc, (cst.If, cst.IfExp)) and previous is not anc.test and _rank_test(anc.test):
+            return True  # also `torch.save(...) if rank == 0 else None` (a lambda's body)
         if isinstance(anc, cst.IndentedBlock):
             for statement in anc.body:
                 if statement is previous:

@@ -66,6 +66,9 @@ class SaveSite:
     guard: Tuple[Statement, ...]  # the helper's call sites, or the write itself
     shared: Optional[Statement] = None  # the guard would skip code every rank must run (a forward, a collective)
     inner: Optional[Statement] = None  # the write itself, when `guard` holds a helper's call sites
+    # `save = lambda epoch: torch.save(...)`: the lambda's body is what runs on rank 0 (guarding its
+    # definition would leave the name undefined on the other ranks)
+    in_lambda: Optional[cst.Lambda] = None
 
 
 @dataclass(frozen=True)

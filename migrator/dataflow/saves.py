@@ -20,6 +20,13 @@ class SaveFlow(FlowBase):
         for call in [*self.a.calls(N.RESULT_WRITES), *self.imported_checkpoint_helpers()]:
             if self.under_rank_check(call):
                 continue
+            holder = self.enclosing_lambda(call)
+            if holder is not None:
+                if isinstance(holder.body, cst.IfExp) and N.mentions_rank(holder.body.test):
+                    continue  # `lambda: (torch.save(...) if rank == 0 else None)`: decided already
+                shared = self.a.statement_of(holder) if self.runs_shared_code(holder.body) else None
+                sites.append(SaveSite(call, (), shared, None, holder))
+                continue
             fn = self.a.enclosing_function(call)
             helper_calls = self.save_helper_calls(fn) if fn is not None else None
             inner = self.save_statement(call)
@@ -31,6 +38,15 @@ class SaveFlow(FlowBase):
             shared = next((s for s in statements if self.runs_shared_code(s)), None)
             sites.append(SaveSite(call, statements, shared, inner if helper_calls else None))
         return tuple(sites)
+
+    def enclosing_lambda(self, call: cst.Call) -> Optional[cst.Lambda]:
+        """The lambda the write is in (`lambda epoch: torch.save(state, path)`), if any."""
+        for anc in self.a.ancestors(call):
+            if isinstance(anc, cst.Lambda):
+                return anc
+            if isinstance(anc, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                return None
+        return None
 
     def imported_checkpoint_helpers(self) -> List[cst.Call]:
         """`save_checkpoint({...}, path)` imported from the project (`from model.utils.net_utils import

@@ -180,6 +180,9 @@ def plan_checkpoints(facts: ScriptFacts, plan: Plan) -> None:
         return
     after_teardown: list = []
     for site in facts.saves:
+        if site.in_lambda is not None and site.shared is None:
+            _lambda_on_rank_zero(facts, plan, site.in_lambda)
+            continue
         if site.shared is not None:
             line, col = facts.line_col(site.shared)
             plan.diagnostics.append(Diagnostic(SHARED_WORK_IN_SAVE.code, line, col, SHARED_WORK_IN_SAVE.summary))
@@ -208,6 +211,16 @@ def plan_checkpoints(facts: ScriptFacts, plan: Plan) -> None:
         plan.insert_before(statement, _build.statements(facts, f"{facts.names.dist}.barrier()\n"))
         line, col = facts.line_col(statement)
         plan.changes.append(Change(CHECKPOINT.code, line, col, "barrier before reading back rank 0's checkpoint"))
+
+
+def _lambda_on_rank_zero(facts: ScriptFacts, plan: Plan, holder: cst.Lambda) -> None:
+    """`save = lambda epoch: torch.save(...)`: the lambda stays defined on every rank (it is called
+    on every rank), its body writes on rank 0 only."""
+    test = f"{facts.names.dist}.get_rank() == 0" if facts.after_setup(holder) else ENV_RANK_ZERO
+    plan.replace(holder.body, lambda updated: _build.expression(facts, f"(_ if {test} else None)").with_changes(
+        body=updated))
+    line, col = facts.line_col(holder)
+    plan.changes.append(Change(CHECKPOINT.code, line, col, "checkpoint written on rank 0 only (in the lambda's body)"))
 
 
 def _teardown_tail(facts: ScriptFacts) -> list:
