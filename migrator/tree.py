@@ -196,3 +196,15 @@ def class_constructors(module: cst.Module) -> Dict[str, cst.FunctionDef]:
             if init is not None:
                 found[node.name.value] = init
     return found
+
+
+def class_methods(module: cst.Module) -> Dict[str, List[cst.FunctionDef]]:
+    """The methods of the file's module-level classes by name (`display` of a ProgressMeter), dunder
+    methods aside (they run implicitly, not by a call naming them)."""
+    found: Dict[str, List[cst.FunctionDef]] = {}
+    for node in module.body:
+        if isinstance(node, cst.ClassDef) and isinstance(node.body, cst.IndentedBlock):
+            for method in node.body.body:
+                if isinstance(method, cst.FunctionDef) and not method.name.value.startswith("__"):
+                    found.setdefault(method.name.value, []).append(method)
+    return found

@@ -18,7 +18,7 @@ from migrator.analysis.helpers import Block, Statement, _has_map_location, code_
 from migrator.analysis import distributed
 from migrator.analysis.spawn import spawn_facts
 from migrator.context import FileContext
-from migrator.tree import class_constructors, descendants
+from migrator.tree import class_constructors, class_methods, descendants
 from migrator.analysis import devices as _devices, entry as _entry, imports as _imports, models as _models
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -163,17 +163,24 @@ class _Analysis:
         """Module-level functions called before the setup (`_init_(cfg)` in the guard, before main())."""
         functions = {f.name.value: f for f in self.module.body if isinstance(f, cst.FunctionDef)}
         functions.update(class_constructors(self.module))  # `CharDataset(text)`: its __init__ runs there
+        methods = class_methods(self.module)  # `meter.display()`: every method of that name
         found: Set[cst.CSTNode] = set()
         changed = True
         while changed:
             changed = False
             for call in self.c.calls:
-                fn = functions.get(call.func.value) if isinstance(call.func, cst.Name) else None
-                if fn is None or fn in found or (facts.entry is not None and fn is facts.entry.scope):
+                if isinstance(call.func, cst.Name):
+                    called = [functions[call.func.value]] if call.func.value in functions else []
+                elif isinstance(call.func, cst.Attribute):
+                    called = methods.get(call.func.attr.value, [])
+                else:
+                    called = []
+                called = [fn for fn in called if fn not in found and not (facts.entry is not None and fn is facts.entry.scope)]
+                if not called:
                     continue
                 caller = replace(facts, before_setup=frozenset(found))
                 if not caller.after_setup(call):
-                    found.add(fn)
+                    found.update(called)
                     changed = True
         return frozenset(found)
 

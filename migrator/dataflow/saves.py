@@ -1,6 +1,7 @@
 """Checkpoints and the code only rank 0 should run: saves, prints and logs, rank checks and barriers."""
 from __future__ import annotations
 
+import builtins
 import re
 from typing import Dict, List, Optional, Set, Tuple
 
@@ -9,7 +10,7 @@ import libcst as cst
 from migrator import names as N
 from migrator.names import attribute_name
 from migrator.dataflow.core import FlowBase, LoaderFact, SaveSite, Statement, _iterated, code_of
-from migrator.tree import class_constructors, descendants
+from migrator.tree import class_constructors, class_methods, descendants
 
 
 class SaveFlow(FlowBase):
@@ -103,7 +104,16 @@ class SaveFlow(FlowBase):
             target = self.callee(call)  # type: ignore[arg-type]
             if target is not None and depth < 3 and self.runs_shared_code(target.body, depth + 1):
                 return True
+            if target is None and not _builtin(func) and not self._library_call(func) and any(
+                    code_of(arg.value) in self.model_exprs for arg in call.args):
+                return True  # `print(validation(model, loader))`: a function we cannot see runs the model
         return False
+
+    def _library_call(self, func: cst.BaseExpression) -> bool:
+        """torch's, the standard library's or numpy's (`torch.save(model, f)`, `copy.deepcopy`): they
+        never run a model's forward. A method call (`trainer.evaluate(model)`) is not."""
+        qname = self.c.resolve(func) or ""
+        return qname.split(".")[0] in _LIBRARIES
 
     def save_helper_calls(self, fn: cst.FunctionDef) -> Optional[List[cst.Call]]:
         """Call sites of a checkpoint helper such as save_checkpoint(state, is_best).
@@ -147,7 +157,8 @@ class SaveFlow(FlowBase):
             if isinstance(loop, cst.For) and any(_iterated(loop) == (l.target or "") for l in loaders):
                 loops.add(loop)
         per_epoch = self.called_in(loops)
-        called = {call.func.value for call in self.c.calls if isinstance(call.func, cst.Name)}
+        called = {call.func.value if isinstance(call.func, cst.Name) else call.func.attr.value
+                  for call in self.c.calls if isinstance(call.func, (cst.Name, cst.Attribute))}
         # guarded where they are called; a callback only handed over is guarded inside
         log_helpers = {fn for fn in self.c.functions if _only_logs(fn) and fn.name.value in called}
         found = []
@@ -179,6 +190,7 @@ class SaveFlow(FlowBase):
         if self.entry_scope is None:
             return set()
         constructors = class_constructors(self.a.module)
+        methods = class_methods(self.a.module)
         found: Set[cst.CSTNode] = set()
         for call in self.c.calls:
             scope = self.a.scope_of(call)
@@ -187,6 +199,8 @@ class SaveFlow(FlowBase):
             if isinstance(call.func, cst.Name):
                 name = call.func.value
                 found.update(f for f in (self.functions.get(name), constructors.get(name)) if f is not None)
+            elif isinstance(call.func, cst.Attribute):  # `progress.display(i)`: a method of the file's class
+                found.update(methods.get(call.func.attr.value, ()))
             for arg in call.args:
                 if isinstance(arg.value, cst.Name):
                     found.update(self.handed_over(arg.value.value, scope))
@@ -202,9 +216,12 @@ class SaveFlow(FlowBase):
         """`log_string("epoch %d" % epoch)`, a function of this file that only logs and prints: its
         calls are log statements too (PointNet's `def log_string(str): logger.info(str); print(str)`)."""
         helpers = {fn.name.value for fn in self.c.functions if _only_logs(fn)}  # nested ones too
+        logging_methods = {name for name, fns in class_methods(self.a.module).items() if all(_only_logs(fn) for fn in fns)}
         found = []
         for call in self.c.calls:
-            if not (isinstance(call.func, cst.Name) and call.func.value in helpers):
+            func = call.func
+            if not (isinstance(func, cst.Name) and func.value in helpers
+                    or isinstance(func, cst.Attribute) and func.attr.value in logging_methods):
                 continue
             statement = self.a.statement_of(call)
             if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
@@ -330,3 +347,11 @@ def _only_logs(fn: cst.FunctionDef) -> bool:
     ):
         body = body[1:]  # the docstring
     return bool(body) and all(N.is_log_statement(statement) for statement in body)
+
+
+_LIBRARIES = frozenset({"torch", "numpy", "os", "copy", "pickle", "json", "shutil", "logging", "math", "sys", "io"})
+
+
+def _builtin(func: cst.BaseExpression) -> bool:
+    """`print`, `len`, `str`, `isinstance`: Python's own, which never run a model's forward."""
+    return isinstance(func, cst.Name) and hasattr(builtins, func.value)

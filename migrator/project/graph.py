@@ -62,6 +62,30 @@ class ProjectGraph:
         self.imports(importer)
         return self._lines.get((importer, module), 1)
 
+    def imported_names(self, importer: str, module: str) -> Optional[Tuple[str, ...]]:
+        """The names `importer` takes from `module` (`validation` in `from test import validation`),
+        or None when it takes the module itself (`import test`, `from . import test`, a star)."""
+        text = self.text(importer)
+        if not text:
+            return None
+        here = Path(importer)
+        roots = ProjectModules.for_script(here).roots
+        package = package_of(here)
+        names: List[str] = []
+        for line in import_lines(text):
+            base = absolute(line.level, line.module, package)
+            if base is None:
+                continue
+            if self._find(roots, base) == module:
+                if not line.names or "*" in line.names:
+                    return None
+                names += line.names
+            elif any(self._find(roots, f"{base}.{name}") == module for name in line.names):
+                return None  # `from pkg import module`
+            elif any(self._find(roots, ".".join(base.split(".")[: i + 1])) == module for i in range(base.count("."))):
+                return None  # `import pkg.sub` runs pkg/__init__.py whole
+        return tuple(names) if names else None
+
     def reachable(self, entry: str) -> Iterator[Tuple[str, Tuple[str, ...]]]:
         """Project modules imported by `entry`, directly or through others, breadth first, each
         with the chain of modules that leads to it (entry first)."""

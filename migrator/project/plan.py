@@ -80,6 +80,7 @@ def plan_project(files: Sequence[ProjectFile], options: Optional[Options] = None
     graph = ProjectGraph({f.path: f.text for f in files})
     entry_paths = {f.path for f in entries}
     roles: Dict[str, List[ProjectFile]] = {}  # module -> entries reaching it
+    used: Dict[str, Optional[Tuple[str, ...]]] = {}  # module -> the names the entries import from it (None: all)
     outside: Dict[str, List[Tuple[str, Tuple[str, ...]]]] = {}  # entry -> modules not given, with chains
     updates: Dict[str, Update] = _answered_by_distributed_callers(callers, graph, by_path)
     for entry in list(entries):
@@ -92,6 +93,9 @@ def plan_project(files: Sequence[ProjectFile], options: Optional[Options] = None
         for module, chain in reached:
             if graph.walked(module):
                 roles.setdefault(module, []).append(entry)
+                names = graph.imported_names(entry.path, module) if len(chain) == 2 else None
+                before = used.get(module, ())
+                used[module] = None if names is None or before is None else tuple(dict.fromkeys((*before, *names)))
             else:
                 outside.setdefault(entry.path, []).append((module, chain))
     made: Dict[str, FrozenSet[str]] = {}  # entry -> the codes its modules got
@@ -99,7 +103,7 @@ def plan_project(files: Sequence[ProjectFile], options: Optional[Options] = None
     for module, reaching in roles.items():
         batch, why = _batch_mode(options, [wrapping[e.path][0] for e in reaching])
         role = ModuleRole(tuple(e.display for e in reaching), unwrap_keys=not any(wrapping[e.path][1] for e in reaching),
-                          batch=batch, batch_why=why)
+                          batch=batch, batch_why=why, used=used.get(module))
         current = by_path[module]
         update = _module_update(current, role, options, rewrite)
         if update is not None and (update.changes or update.diagnostics or _ANSWERED & _codes(current)):
@@ -192,8 +196,11 @@ def _dataparallel_module(reached, graph: ProjectGraph) -> Optional[Tuple[str, Tu
         text = graph.text(module) or ""
         if "DataParallel" not in text:
             continue
+        # What the script takes from a module it imports directly (`from test import validation`):
+        # a DataParallel in a function it never reaches from those names does not concern it.
+        used = graph.imported_names(chain[-2], module) if len(chain) == 2 else None
         try:
-            found = migrate_module(text, ModuleRole(("the script",)), rewrite=False)
+            found = migrate_module(text, ModuleRole(("the script",), used=used), rewrite=False)
         except Exception:  # noqa: BLE001
             continue
         for diagnostic in found.diagnostics:

@@ -93,6 +93,7 @@ class ModuleRole:
     unwrap_keys: bool = True
     batch: str = "per-process"  # Options.batch as it applies to the scripts (rules.global_batch)
     batch_why: str = ""
+    used: Optional[Tuple[str, ...]] = None  # the names the script imports from it (None: the whole module)
 
 
 def migrate_module(
@@ -162,7 +163,10 @@ class _Finder:
                 self._set_epoch(loop)
             for handler in (n for n in self.parents if isinstance(n, cst.ExceptHandler) and n not in demo):
                 self._restart_epoch(handler)
+        reached = reached_from(self.module, role.used) if role.used is not None else None
         for call in calls if MODULE_SAMPLER.code in role.pieces else ():  # not in the migrated script itself
+            if reached is not None and self._top_level_owner(call) not in reached:
+                continue  # in a function the script never reaches from what it imports
             if (dotted_name(call.func) or "").split(".")[-1] == "DataParallel":
                 self._report(call, DATAPARALLEL_IN_MODULE + ": the script wraps its model "
                                    "in DDP, and a DataParallel around that breaks it; wrap here in DDP by hand, or drop it")
@@ -187,6 +191,16 @@ class _Finder:
         if self._on(MODULE_SHARED_FOLDERS.code):
             for call in calls:
                 self._folder(call)
+
+    def _top_level_owner(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        """The module-level def or class holding `node` (None: module-level code)."""
+        owner = None
+        current = self.parents.get(node)
+        while current is not None and current is not self.module:
+            if isinstance(current, (cst.FunctionDef, cst.ClassDef)):
+                owner = current
+            current = self.parents.get(current)
+        return owner
 
     def _on(self, code: str) -> bool:
         return code in self.role.pieces and self.options.fix_enabled(code)
@@ -346,8 +360,8 @@ class _Finder:
             small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
             value = getattr(small, "value", None)
             if not (isinstance(small, cst.Assign) and isinstance(value, cst.Call) and dotted_name(value.func) == "iter"
-                    and len(value.args) == 1 and is_plain_reference(value.args[0].value)):
-                continue
+                    and len(value.args) == 1 and not any(True for _ in walk_calls(value.args[0].value))):
+                continue  # `iter(loader)`, `iter(self.loaders[i])`: no call to run twice
             loader = source_of(value.args[0].value)
             epoch = cst.parse_statement(
                 f"if isinstance(getattr({loader}, \"sampler\", None), {self.names.sampler}):  # a new order each pass\n"
@@ -584,3 +598,22 @@ class _Finder:
         if self.options.enabled(MODULE_NEEDS_MIGRATION.code, MODULE_NEEDS_MIGRATION.name):
             line, col = self._line_col(node)
             self.plan.diagnostics.append(Diagnostic(MODULE_NEEDS_MIGRATION.code, line, col, message))
+
+
+def reached_from(module: cst.Module, names: Tuple[str, ...]) -> Set[Optional[cst.CSTNode]]:
+    """The module-level defs and classes that `names` lead to through the names their bodies
+    mention, and None (module-level code runs at import)."""
+    top = {node.name.value: node for node in module.body if isinstance(node, (cst.FunctionDef, cst.ClassDef))}
+    reached: Set[Optional[cst.CSTNode]] = {None}
+    pending = [top[name] for name in names if name in top]
+    while pending:
+        node = pending.pop()
+        if node in reached:
+            continue
+        reached.add(node)
+        pending += [top[n.value] for n in walk(node) if isinstance(n, cst.Name) and n.value in top and top[n.value] not in reached]
+    return reached
+
+
+def walk_calls(node: cst.CSTNode):
+    return (n for n in walk(node) if isinstance(n, cst.Call))
