@@ -192,18 +192,24 @@ class SaveFlow(FlowBase):
         constructors = class_constructors(self.a.module)
         methods = class_methods(self.a.module)
         found: Set[cst.CSTNode] = set()
-        for call in self.c.calls:
-            scope = self.a.scope_of(call)
-            if scope not in (self.entry_scope, self.a.module) and not any(self.a.is_inside(call, loop) for loop in loops):
-                continue
-            if isinstance(call.func, cst.Name):
-                name = call.func.value
-                found.update(f for f in (self.functions.get(name), constructors.get(name)) if f is not None)
-            elif isinstance(call.func, cst.Attribute):  # `progress.display(i)`: a method of the file's class
-                found.update(methods.get(call.func.attr.value, ()))
-            for arg in call.args:
-                if isinstance(arg.value, cst.Name):
-                    found.update(self.handed_over(arg.value.value, scope))
+        callers: Set[cst.CSTNode] = {self.entry_scope, self.a.module}
+        for _ in range(3):  # what the entry calls, what those call, and once more
+            before = len(found)
+            for call in self.c.calls:
+                scope = self.a.scope_of(call)
+                if scope not in callers and not any(self.a.is_inside(call, loop) for loop in loops):
+                    continue
+                if isinstance(call.func, cst.Name):
+                    name = call.func.value
+                    found.update(f for f in (self.functions.get(name), constructors.get(name)) if f is not None)
+                elif isinstance(call.func, cst.Attribute):  # `progress.display(i)`: a method of the file's class
+                    found.update(methods.get(call.func.attr.value, ()))
+                for arg in call.args:
+                    if isinstance(arg.value, cst.Name):
+                        found.update(self.handed_over(arg.value.value, scope))
+            if len(found) == before:
+                break
+            callers |= found
         return found
 
     def handed_over(self, name: str, scope) -> List[cst.FunctionDef]:
