@@ -244,7 +244,11 @@ class _Analysis:
             statement = self.download_unit(call, entry.scope)
             if statement is not None and statement not in found:
                 found.append(statement)
-        return tuple(sorted(found, key=lambda node: self.c.order.get(node, 0)))
+        # `with requests.get(url) as r: with tarfile.open(fileobj=r.raw) as t: ...`: one download,
+        # barriered once, around the outermost statement (nested pairs would pair up wrongly).
+        chosen = set(found)
+        outermost = [s for s in found if not any(a in chosen for a in self.ancestors(s))]
+        return tuple(sorted(outermost, key=lambda node: self.c.order.get(node, 0)))
 
     def downloading_functions(self, entry: ScopeOwner) -> Dict[str, cst.FunctionDef]:
         """This file's module-level functions that download or unpack, also through each other
