@@ -211,8 +211,10 @@ class _Finder:
             return
         own = next((arg for arg in call.args if arg.keyword is not None and arg.keyword.value in SAMPLER_KEYWORDS), None)
         if own is not None:
-            if self._random_sampler(call, own):
+            if self._random_sampler(call, own) or self._sampler_chosen_at_run_time(call, own):
                 return
+            if any(arg.star == "**" and isinstance(arg.value, cst.IfExp) for arg in call.args):
+                return  # `**(dict(kwargs, shuffle=False) if sampler is not chosen else kwargs)`: migrated already
             if "distributed" not in source_of(own.value).lower() and shuffles_or_samples(own.value):
                 self._report(call, f"a DataLoader with its own {own.keyword.value} (`{short(own.value)}`) in a module a "
                                    "training script imports: under DDP every rank would draw from the whole data set; "
@@ -272,6 +274,47 @@ class _Finder:
         self.names.need(self.plan, dist=True, sampler=True)
         self._change(MODULE_SAMPLER.code, call, (
             f"DistributedSampler in place of `{short(value)}` when a process group is set up (each rank its own shard)"))
+        return True
+
+    def _sampler_chosen_at_run_time(self, call: cst.Call, own: cst.Arg) -> bool:
+        """`super().__init__(sampler=self.sampler, **self.init_kwargs)` in a DataLoader subclass
+        whose sampler is None unless it splits off a validation set (pytorch-template's
+        BaseDataLoader): under a process group, a shuffled loader without a sampler of its own
+        gets this rank's DistributedSampler, and the keyword arguments lose their shuffle."""
+        stars = [arg for arg in call.args if arg.star == "**"]
+        if not (self._is_dataloader_super_init(call) and own.keyword.value == "sampler" and is_plain_reference(own.value)
+                and len(stars) == 1 and is_plain_reference(stars[0].value)
+                and not any(arg.keyword is None and not arg.star for arg in call.args)
+                and not any(arg.star == "*" for arg in call.args)):
+            return False
+        statement = self._statement(call)
+        if statement is None or len(statement.body) != 1:
+            return False
+        kwargs, chosen = source_of(stars[0].value), source_of(own.value)
+        dataset_arg = next((arg for arg in call.args if arg.keyword is not None and arg.keyword.value == "dataset"), None)
+        dataset = source_of(dataset_arg.value) if dataset_arg is not None else f'{kwargs}["dataset"]'
+        name, dist = self._sampler_name(statement, call), self.names.dist
+        self.plan.insert_before(statement, [cst.parse_statement(f"{name} = {chosen}\n"), cst.parse_statement(
+            f"if {name} is None and {dist}.is_initialized() and {kwargs}.get(\"shuffle\"):  # shuffled, no sampler of its own\n"
+            f"    {name} = {self.names.sampler}({dataset}, shuffle=True)  # this rank's shard\n")])
+
+        def rewrite(updated: cst.Call) -> cst.Call:
+            args = []
+            for arg in updated.args:
+                if arg.keyword is not None and arg.keyword.value == "sampler":
+                    arg = arg.with_changes(value=cst.Name(name))
+                elif arg.star == "**":
+                    arg = arg.with_changes(value=cst.parse_expression(
+                        f"(dict({kwargs}, shuffle=False) if {name} is not {chosen} else {kwargs})"))
+                args.append(arg)
+            return updated.with_changes(args=args)
+
+        self.plan.replace(call, rewrite)
+        self.names.need(self.plan, dist=True, sampler=True)
+        self._change(MODULE_SAMPLER.code, call, f"DistributedSampler when `{chosen}` is None and the loader shuffles, "
+                                                "under a process group")
+        self._report(call, f"when `{chosen}` is set (a sampler of its own, e.g. a validation split's "
+                           "SubsetRandomSampler) every rank draws from all of it under DDP: shard those indices by hand")
         return True
 
     def _split_batch(self, call: cst.Call, statement: cst.SimpleStatementLine, sampler: str) -> str:

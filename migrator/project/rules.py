@@ -41,6 +41,33 @@ be built twice), a shuffle computed inline or a positional sampler argument is r
     fixable=True,
     examples=(
         Example(
+            id="sampler-chosen-at-run-time",
+            before='''from torch.utils.data import DataLoader
+
+
+class BaseDataLoader(DataLoader):
+    def __init__(self, dataset, batch_size, shuffle, sampler=None):
+        self.sampler = sampler
+        self.init_kwargs = {"dataset": dataset, "batch_size": batch_size, "shuffle": shuffle}
+        super().__init__(sampler=self.sampler, **self.init_kwargs)
+''',
+            after='''from torch.utils.data import DataLoader
+import torch.distributed as dist
+from torch.utils.data.distributed import DistributedSampler
+
+
+class BaseDataLoader(DataLoader):
+    def __init__(self, dataset, batch_size, shuffle, sampler=None):
+        self.sampler = sampler
+        self.init_kwargs = {"dataset": dataset, "batch_size": batch_size, "shuffle": shuffle}
+        dist_sampler = self.sampler
+        if dist_sampler is None and dist.is_initialized() and self.init_kwargs.get("shuffle"):  # shuffled, no sampler of its own
+            dist_sampler = DistributedSampler(self.init_kwargs["dataset"], shuffle=True)  # this rank's shard
+        super().__init__(sampler=dist_sampler, **(dict(self.init_kwargs, shuffle=False) if dist_sampler is not self.sampler else self.init_kwargs))
+''',
+            diagnostics=("DDP140",),
+        ),
+        Example(
             id="loader-helper",
             before=_LOADERS_BEFORE,
             after='''from torch.utils.data import DataLoader
