@@ -97,12 +97,30 @@ class ModelFlow(FlowBase):
             param = self.param_for(fn, call, model.expr)
             if param is not None and self.a.comes_after(call, wrap_point):
                 scopes.append((param, fn, None))
+                scopes += self.kept_by_instance(fn, param)
         if owner is self.a.module:
             # A flat script's global model, used by its helper functions (called after the wrap).
             scopes += [(model.expr, fn, None) for fn in self.c.functions if model.expr not in self.c.bound.get(fn, ())]
         elif isinstance(owner, cst.FunctionDef) and owner is not self.entry_function:
             scopes += self.returned_to_callers(model, owner, wrap_point)
         return scopes
+
+    def kept_by_instance(self, fn: cst.FunctionDef, param: str) -> List[Tuple[str, cst.CSTNode, Optional[Statement]]]:
+        """`Evaluator(model)` whose `__init__` keeps `self.model = model`: every method of the class
+        sees the wrapper under `self.model` (`self.model.generate(x)` must go through `.module`).
+        Only an attribute the class assigns once: one rebound elsewhere may hold something else."""
+        cls = self.a.enclosing_class(fn)
+        if cls is None or fn.name.value != "__init__":
+            return []
+        kept = []
+        for target, statement in self.c.assignments:
+            if not target.startswith("self.") or self.a.scope_of(statement) is not fn:
+                continue
+            small = statement.body[0]
+            if isinstance(small, cst.Assign) and N.is_name(small.value, param):
+                kept.append(target)
+        bound = [t for t, s in self.c.assignments if t in kept and self.a.enclosing_class(s) is cls]
+        return [(attr, cls, None) for attr in kept if bound.count(attr) == 1]
 
     def returned_to_callers(self, model: "ModelFact", owner: cst.FunctionDef, wrap_point: Statement) -> List[Tuple[str, cst.CSTNode, Optional[Statement]]]:
         """`model, model_fine, optimizer = create_models(args)`: a builder returns the wrapped model,
