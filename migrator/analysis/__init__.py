@@ -6,13 +6,13 @@ libcst's QualifiedNameProvider, so `nn.DataParallel`, `torch.nn.DataParallel` an
 
 Layout, one concern per module:
   facts.py      the frozen facts (ScriptFacts and its parts) and LazyPositions
-  collector.py  the single traversal (_Collector) and analyze()
-  passes.py     _Analysis: tree helpers, the assembled facts and the flow facts
+  collector.py  the single traversal (_Collector)
+  passes.py     _Analysis: tree helpers, the assembled facts and the flow facts; analyze()
   entry.py      the entry point; models.py models and DataParallel; devices.py devices and .cuda();
   imports.py    imports, launch literals and required arguments (all bound as _Analysis methods)
   helpers.py    small syntactic helpers
 """
-from migrator.analysis.collector import _Collector, analyze
+from migrator.analysis.collector import _Collector
 from migrator.analysis.facts import (
     CudaCall,
     DataParallelSite,
@@ -26,7 +26,7 @@ from migrator.analysis.facts import (
     _OffsetState,
 )
 from migrator.analysis.helpers import Block, Statement, code_of, code_of_target
-from migrator.analysis.passes import _Analysis
+from migrator.analysis.passes import _Analysis, analyze
 from migrator.dataflow import LoaderFact, ModelUse, SaveSite
 
 __all__ = [

@@ -1,17 +1,14 @@
 """The single traversal that collects raw sites, and `analyze()`, the entry to the analysis."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set, Tuple, Union
+from typing import Dict, List, Set, Tuple, Union
 
 import libcst as cst
 
 from migrator import names as N
 from migrator.bindings import NameIndex
-from migrator.analysis.facts import ScriptFacts
-from migrator.context import FileContext
 from migrator.analysis.helpers import code_of
 from migrator.tree import descendants
-from migrator.analysis.passes import _Analysis
 
 
 # --------------------------------------------------------------------------- analysis
@@ -204,22 +201,6 @@ def _unpacked(target: cst.CSTNode) -> List[cst.BaseExpression]:
         else:
             found += _unpacked(value)
     return found
-
-
-def analyze(module: cst.Module, context: Optional[FileContext] = None, source: Optional[str] = None) -> ScriptFacts:
-    """The facts of `module` (parsed from `source`, when given: positions are then cheap)."""
-    collector = _Collector(module)
-    collector.run(module)
-    collector.resolve_calls()
-    if context is not None and context.modules is not None:
-        from migrator.analysis.project_training import trained_arguments
-
-        trained = trained_arguments(collector, context)
-        collector.trained_arguments = {call: models for call, (models, _, _) in trained.items()}
-        collector.trained_loaders = {call: loaders for call, (_, loaders, _) in trained.items() if loaders}
-        collector.trained_moves = {call for call, (_, _, moves) in trained.items() if moves}
-        collector.optimizer_helpers += [call for call in collector.trained_arguments if call not in collector.optimizer_helpers]
-    return _Analysis(module, collector, context, source).facts()
 
 
 def _whole_parameters(value: cst.BaseExpression) -> bool:

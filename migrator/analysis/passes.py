@@ -6,13 +6,14 @@ functions taking the analysis; they are bound here as its methods.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 
 import libcst as cst
 
 from migrator import names as N
 from migrator.bindings import ScopeOwner
 from migrator.dataflow import Flow
+from migrator.analysis.collector import _Collector
 from migrator.analysis.facts import EntryPoint, LazyPositions, ModelFact, ScriptFacts
 from migrator.analysis.helpers import Block, Statement, _has_map_location, code_of
 from migrator.analysis import distributed
@@ -20,9 +21,6 @@ from migrator.analysis.spawn import spawn_facts
 from migrator.context import FileContext
 from migrator.tree import class_constructors, class_methods, descendants
 from migrator.analysis import devices as _devices, entry as _entry, imports as _imports, models as _models
-
-if TYPE_CHECKING:  # pragma: no cover
-    from migrator.analysis.collector import _Collector
 
 
 class _Analysis:
@@ -456,3 +454,19 @@ def _is_gpu_count(node: cst.BaseExpression, names: Set[str]) -> bool:
     if isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.Or):
         return code_of(node.left) in names
     return False
+
+
+def analyze(module: cst.Module, context: Optional[FileContext] = None, source: Optional[str] = None) -> ScriptFacts:
+    """The facts of `module` (parsed from `source`, when given: positions are then cheap)."""
+    collector = _Collector(module)
+    collector.run(module)
+    collector.resolve_calls()
+    if context is not None and context.modules is not None:
+        from migrator.analysis.project_training import trained_arguments
+
+        trained = trained_arguments(collector, context)
+        collector.trained_arguments = {call: models for call, (models, _, _) in trained.items()}
+        collector.trained_loaders = {call: loaders for call, (_, loaders, _) in trained.items() if loaders}
+        collector.trained_moves = {call for call, (_, _, moves) in trained.items() if moves}
+        collector.optimizer_helpers += [call for call in collector.trained_arguments if call not in collector.optimizer_helpers]
+    return _Analysis(module, collector, context, source).facts()

@@ -8,17 +8,47 @@ a `backward()` or an optimizer `step()`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Protocol, Set, Tuple
 
 import libcst as cst
 
 from migrator import names as N
 from migrator.bindings import ScopeOwner, dotted_name
 
-if TYPE_CHECKING:  # pragma: no cover
-    from migrator.analysis import ModelFact, _Analysis
-
 Statement = cst.BaseStatement
+
+
+# --------------------------------------------------------------------------- what the flow reads
+# The flow analysis sits below the script analysis (migrator.analysis builds it and reads its
+# facts); these two protocols say what it asks of the layer above, so it never imports it.
+
+
+class Model(Protocol):
+    """A trained model (migrator.analysis' ModelFact): how it is spelled and what it is wrapped after."""
+
+    expr: str
+    wrap_after: Optional[Statement]
+
+
+class Navigation(Protocol):
+    """The script's analysis (migrator.analysis' _Analysis): its collected sites and tree navigation."""
+
+    module: cst.Module
+    c: Any  # the collector's sites: calls, assignments, loops, functions, the name index
+    calls_inside: Dict[cst.CSTNode, List[cst.Call]]
+
+    def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]: ...
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]: ...
+    def is_inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool: ...
+    def comes_after(self, node: cst.CSTNode, statement: cst.CSTNode) -> bool: ...
+    def statement_of(self, node: cst.CSTNode) -> Optional[Statement]: ...
+    def block_of(self, statement: cst.CSTNode) -> Optional[cst.CSTNode]: ...
+    def scope_of(self, node: cst.CSTNode) -> Optional[ScopeOwner]: ...
+    def enclosing_function(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]: ...
+    def enclosing_class(self, node: cst.CSTNode) -> Optional[cst.ClassDef]: ...
+    def calls(self, qnames: FrozenSet[str]) -> List[cst.Call]: ...
+    def holds_loop(self, statement: cst.CSTNode) -> bool: ...
+    def top_statement_in(self, node: cst.CSTNode, block: Any) -> Optional[Statement]: ...
 
 
 def code_of(node: cst.CSTNode) -> str:
@@ -76,7 +106,7 @@ class ModelUse:
     """An attribute of a wrapped model: `model.state_dict()`, `model.encode(x)`..."""
 
     node: cst.Attribute
-    model: "ModelFact"
+    model: Any  # the analysis' ModelFact (a Model), whose other fields the rules read
 
 
 # --------------------------------------------------------------------------- the analysis
@@ -87,7 +117,7 @@ class FlowBase:
 
     def __init__(
         self,
-        a: "_Analysis",
+        a: Navigation,
         model_exprs: Set[str],
         entry_function: Optional[cst.CSTNode],
         entry_scope: Optional[cst.CSTNode] = None,

@@ -1,22 +1,19 @@
 """The model after it is wrapped: attribute uses that must unwrap, and reassignments of its name."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
 from migrator import names as N
-from migrator.dataflow.core import FlowBase, ModelUse, Statement, code_of
+from migrator.dataflow.core import FlowBase, Model, ModelUse, Statement, code_of
 from migrator.tree import descendants
-
-if TYPE_CHECKING:  # pragma: no cover
-    from migrator.analysis import ModelFact
 
 
 class ModelFlow(FlowBase):
     """Uses of a model once it is wrapped in DistributedDataParallel."""
 
-    def model_uses(self, model: "ModelFact", wrap_point: Statement) -> Tuple[ModelUse, ...]:
+    def model_uses(self, model: Model, wrap_point: Statement) -> Tuple[ModelUse, ...]:
         """Attribute accesses on `model` made when it is already wrapped."""
         uses: Dict[cst.CSTNode, ModelUse] = {}
         for spelling, scope, after in self.wrapped_scopes(model, wrap_point):
@@ -37,7 +34,7 @@ class ModelFlow(FlowBase):
             self._attributes_by_receiver = index
         return self._attributes_by_receiver.get(spelling, [])
 
-    def bare_unwraps(self, uses: Tuple[ModelUse, ...]) -> Tuple[Tuple[cst.Name, "ModelFact"], ...]:
+    def bare_unwraps(self, uses: Tuple[ModelUse, ...]) -> Tuple[Tuple[cst.Name, Model], ...]:
         """`raw = model._orig_mod if compiled else model`: the bare branch must unwrap too."""
         found = []
         for use in uses:
@@ -49,7 +46,7 @@ class ModelFlow(FlowBase):
                 found.append((other, use.model))
         return tuple(found)
 
-    def returned_models(self, model: "ModelFact", wrap_point: Statement) -> List[cst.Name]:
+    def returned_models(self, model: Model, wrap_point: Statement) -> List[cst.Name]:
         """`return losses, model` at the end of the entry function: the caller gets the model back after
         the process group is gone, and uses it as a plain module (`torch.save(model.state_dict())`)."""
         fn = self.entry_function
@@ -64,7 +61,7 @@ class ModelFlow(FlowBase):
             found += [e for e in elements if isinstance(e, cst.Name) and e.value == model.expr]
         return found
 
-    def reassignments(self, model: "ModelFact") -> Tuple[Statement, ...]:
+    def reassignments(self, model: Model) -> Tuple[Statement, ...]:
         """`model = torch.load(f)` after training: the name must stay a DDP wrapper from there on."""
         if model.wrap_after is None:
             return ()
@@ -83,7 +80,7 @@ class ModelFlow(FlowBase):
             found.append(statement)
         return tuple(found)
 
-    def wrapped_scopes(self, model: "ModelFact", wrap_point: Statement) -> List[Tuple[str, cst.CSTNode, Optional[Statement]]]:
+    def wrapped_scopes(self, model: Model, wrap_point: Statement) -> List[Tuple[str, cst.CSTNode, Optional[Statement]]]:
         """(spelling, scope where it is the wrapped model, statement it is wrapped after)."""
         owner = self.a.scope_of(wrap_point)
         if model.expr.startswith("self."):
@@ -122,7 +119,7 @@ class ModelFlow(FlowBase):
         bound = [t for t, s in self.c.assignments if t in kept and self.a.enclosing_class(s) is cls]
         return [(attr, cls, None) for attr in kept if bound.count(attr) == 1]
 
-    def returned_to_callers(self, model: "ModelFact", owner: cst.FunctionDef, wrap_point: Statement) -> List[Tuple[str, cst.CSTNode, Optional[Statement]]]:
+    def returned_to_callers(self, model: Model, owner: cst.FunctionDef, wrap_point: Statement) -> List[Tuple[str, cst.CSTNode, Optional[Statement]]]:
         """`model, model_fine, optimizer = create_models(args)`: a builder returns the wrapped model,
         and the caller (and the functions it hands the model to) use the DDP wrapper under that name.
         (The entry function's own returns are `returned_models`: the caller gets the bare module.)"""

@@ -26,6 +26,7 @@ from typing import Dict, Optional, Set, Tuple
 import libcst as cst
 
 from migrator import edits, suppress
+from migrator.codegen import check_parses, with_imports
 from migrator.analysis.facts import LazyPositions
 from migrator.bindings import dotted_name
 from migrator.tree import with_keyword
@@ -131,7 +132,6 @@ def _migrate_module(
     changes = tuple(sorted(plan.changes, key=lambda c: (c.line, c.col)))
     if not rewrite:
         return Result(source, changes, tuple(plan.diagnostics), original=source, pending=True)
-    from migrator.api import check_parses, with_imports
 
     new = with_imports(edits.apply(module, plan, finder.parents), plan)
     check_parses(new.code)
