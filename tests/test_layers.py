@@ -136,3 +136,54 @@ def test_the_lower_layers_stand_alone():
 
     for lower in ("migrator.dataflow", "migrator.dataflow.core", "migrator.codegen", "migrator.tree", "migrator.edits"):
         assert not {m for m in reaches(lower) if m.startswith(upper)}, lower
+
+
+# -- the rules read the facts ---------------------------------------------------------------------
+RULES = PACKAGE / "rules"
+_WALKS = {"descendants", "walk", "visit", "visit_batched", "MetadataWrapper", "parse_module", "parse"}
+_VISITORS = {"CSTVisitor", "CSTTransformer", "BatchableCSTVisitor", "NodeVisitor", "NodeTransformer", "MatcherDecoratableTransformer"}
+
+
+def _walks_of_the_whole_tree(source: str, filename: str) -> List[str]:
+    """Calls that walk or re-parse the whole module, and visitor classes, in one rule module.
+
+    A rule may look inside a node the facts hand it (`descendants(loop.body, cst.Call)`); the whole
+    file's sites are facts (`facts.calls`, `facts.loops`, `facts.functions`), found by the one
+    traversal. `_build` parses its own code templates, never the user's file."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):
+            bases = {getattr(base, "attr", getattr(base, "id", "")) for base in node.bases}
+            if bases & _VISITORS:
+                found.append(f"{filename}:{node.lineno} class {node.name} is a visitor")
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+        if name not in _WALKS or (name in ("parse_module", "parse") and filename == "_build.py"):
+            continue
+        if name == "parse" and not (isinstance(node.func, ast.Attribute) and getattr(node.func.value, "id", "") == "ast"):
+            continue  # `parse` of something else (a version string, a size)
+        first = ast.unparse(node.args[0]) if node.args else ""
+        if name == "descendants" and not (first == "module" or first.endswith(".module")):
+            continue
+        found.append(f"{filename}:{node.lineno} {ast.unparse(node)[:80]}")
+    return found
+
+
+def test_rules_never_walk_the_whole_tree():
+    found = [hit for path in sorted(RULES.glob("*.py")) for hit in _walks_of_the_whole_tree(path.read_text(encoding="utf-8"), path.name)]
+    assert found == []
+
+
+def test_a_walk_in_a_rule_is_caught():
+    source = (
+        "import ast\nimport libcst as cst\nfrom migrator.tree import descendants\n"
+        "class Finder(cst.CSTVisitor):\n    pass\n"
+        "def plan(facts, plan):\n"
+        "    calls = list(descendants(facts.module, cst.Call))\n"
+        "    facts.module.visit(Finder())\n"
+        "    tree = ast.parse(facts.source)\n"
+        "    inner = list(descendants(facts.entry.scope, cst.Call))\n"
+    )
+    found = _walks_of_the_whole_tree(source, "some_rule.py")
+    assert sorted(hit.split(" ")[0] for hit in found) == ["some_rule.py:4", "some_rule.py:7", "some_rule.py:8", "some_rule.py:9"]

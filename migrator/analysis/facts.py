@@ -255,6 +255,7 @@ class ScriptFacts:
     attributes: Tuple[cst.Attribute, ...] = ()
     assigns: Tuple[cst.Assign, ...] = ()
     import_statements: Tuple[cst.CSTNode, ...] = ()  # Import and ImportFrom
+    functions: Tuple[cst.FunctionDef, ...] = ()  # every def, nested ones included
     # (main guard, first statement): the module-level set-up from that statement on moves into
     # the guard, after the process group's setup (analysis.entry.guard_hoist)
     hoisted_into_guard: Optional[Tuple[cst.If, Statement]] = None
@@ -284,6 +285,15 @@ class ScriptFacts:
         if owner is self.module:
             return False
         return not any(fn in self.before_setup for fn in self.enclosing_functions(node))
+
+    def inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+        """Is `node` part of `container`'s subtree? (Up the parents: rules never walk down.)"""
+        current = self.parents.get(node)
+        while current is not None:
+            if current is container:
+                return True
+            current = self.parents.get(current)
+        return container is self.module
 
     def enclosing_functions(self, node: cst.CSTNode):
         owner = self.owner_of(node)

@@ -151,6 +151,7 @@ class _Analysis:
             attributes=tuple(self.c.attributes),
             assigns=tuple(self.c.assign_nodes),
             import_statements=tuple(self.c.import_statements),
+            functions=tuple(self.c.functions),
             spawn=spawn_facts(self),
             **self.flow_facts(models, entry),
         )

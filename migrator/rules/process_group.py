@@ -1,7 +1,6 @@
 """DDP001: set up the process group at the entry point (torchrun's LOCAL_RANK, device, backend)."""
 from __future__ import annotations
 
-import libcst as cst
 
 from migrator.analysis import ScriptFacts
 from migrator.edits import Plan
@@ -9,7 +8,6 @@ from migrator.names import attribute_name
 from migrator.rule import Example, Rule
 from migrator.rules import _build
 from migrator.rules.advisories import IMPORT_TIME_MODEL, NO_ENTRY_POINT
-from migrator.tree import descendants
 from migrator.types import Change, Diagnostic
 
 RULE = Rule(
@@ -155,7 +153,7 @@ def _backend_name(facts: ScriptFacts) -> str:
 
 
 def _report_no_entry_point(facts: ScriptFacts, plan: Plan) -> None:
-    if not any(attribute_name(call.func) in ("backward", "step") for call in descendants(facts.module, cst.Call)):
+    if not any(attribute_name(call.func) in ("backward", "step") for call in facts.calls):
         return  # models and optimizers built, nothing trained here (a config or a definitions module)
     built = [model.definition for model in facts.models if model.definition is not None]
     if facts.import_time_model is not None:

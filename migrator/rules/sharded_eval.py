@@ -284,11 +284,11 @@ def _with_range_sampler(call: cst.Call, sampler: str) -> cst.Call:
 def _loops_over(facts: ScriptFacts, target: str) -> List[cst.For]:
     """Loops over the loader: by its name, and in this file's functions it is passed to
     (`evaluate(model, val_loader)` loops over its parameter `loader`)."""
-    loops = list(descendants(facts.module, cst.For))
+    loops = [loop for loop in facts.loops if isinstance(loop, cst.For)]
     names = {target, target.split(".")[-1]}
     found = [loop for loop in loops if _iterated(loop.iter) in names]
-    functions = {fn.name.value: fn for fn in descendants(facts.module, cst.FunctionDef)}
-    for call in descendants(facts.module, cst.Call):
+    functions = {fn.name.value: fn for fn in facts.functions}
+    for call in facts.calls:
         fn = functions.get(call.func.value) if isinstance(call.func, cst.Name) else None
         if fn is None:
             continue
@@ -297,7 +297,7 @@ def _loops_over(facts: ScriptFacts, target: str) -> List[cst.For]:
             if code_of(arg.value) not in names:
                 continue
             param = arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
-            found += [loop for loop in descendants(fn, cst.For) if param is not None and _iterated(loop.iter) == param]
+            found += [loop for loop in loops if param is not None and _iterated(loop.iter) == param and facts.inside(loop, fn)]
     unique: List[cst.For] = []
     for loop in found:
         if not any(loop is seen for seen in unique):
