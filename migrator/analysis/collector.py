@@ -1,4 +1,4 @@
-"""The single traversal that collects raw sites, and `analyze()`, the entry to the analysis."""
+"""The single traversal that collects raw sites (analysis.passes.analyze() runs it, then _Analysis)."""
 from __future__ import annotations
 
 from typing import Dict, List, Set, Tuple, Union
