@@ -25,7 +25,8 @@ from migrator.rules.rank_names import name_rank_checks
 from migrator.types import Change, Result
 
 
-def migrate(source: str, options: Optional[Options] = None, context: Optional[FileContext] = None) -> Result:
+def migrate(source: str, options: Optional[Options] = None, context: Optional[FileContext] = None,
+            first_look: bool = True) -> Result:
     """Return the DDP version of `source` (unchanged when there is nothing to do).
 
     Raises SourceParseError when `source` is not valid Python 3, IntroducedSyntaxError
@@ -33,9 +34,10 @@ def migrate(source: str, options: Optional[Options] = None, context: Optional[Fi
     A `# ddp-migrate: ignore[CODE]` comment suppresses what is reported on its line (see
     migrator.suppress: a suppressed fix turns its rule off for the file).
     `context` says where the source comes from (its path, the project's modules); see
-    migrator.context. Without it the file is judged by its text alone.
+    migrator.context. Without it the file is judged by its text alone. `first_look=False` parses
+    the file whatever its text (project mode, on a script it knows trains: check() says more).
     """
-    return _suppressed(source, options or Options(), functools.partial(_migrate, context=context))
+    return _suppressed(source, options or Options(), functools.partial(_migrate, context=context, first_look=first_look))
 
 
 def check(source: str, options: Optional[Options] = None, context: Optional[FileContext] = None,

@@ -46,6 +46,9 @@ _SETUP_CODE = "DDP001"
 
 #: A module's declines that a distributed caller answers (migrator.project.hints.LIBRARY_DECLINES, and its hint).
 _LIBRARY_DECLINES = frozenset({"DDP101", "DDP104", "DDP114", "DDP140"})
+# "trains, with models of its own, but no entry point here", "trains through something built elsewhere":
+# project mode may migrate such a module with its script (migrator.project.trainers)
+_TRAINS_ELSEWHERE = frozenset({"DDP101", "DDP114"})
 
 #: Fewest files that need the engine for --jobs to start a process pool: with fewer, starting
 #: workers costs more than it saves (much more where workers are spawned and import LibCST anew).
@@ -68,11 +71,12 @@ class UsageError(click.ClickException):
 # --------------------------------------------------------------------------- the engines, loaded on use
 
 
-def migrate(source: str, options: Optional[Options] = None, context: Optional[FileContext] = None) -> "Result":
+def migrate(source: str, options: Optional[Options] = None, context: Optional[FileContext] = None,
+            first_look: bool = True) -> "Result":
     """api.migrate, imported on first use."""
     from migrator.api import migrate as engine
 
-    return engine(source, options, context)
+    return engine(source, options, context, first_look)
 
 
 def _may_need_a_look(source: str, name: str) -> bool:
@@ -88,11 +92,12 @@ def _verdict(source: str, context: Optional[FileContext], spawn: bool = False) -
     return verdict(source, context, spawn)
 
 
-def check(source: str, options: Optional[Options] = None, context: Optional[FileContext] = None) -> "Result":
+def check(source: str, options: Optional[Options] = None, context: Optional[FileContext] = None,
+          first_look: bool = True) -> "Result":
     """api.check (migrate()'s verdict without the new code), imported on first use."""
     from migrator.api import check as engine
 
-    return engine(source, options, context)
+    return engine(source, options, context, first_look)
 
 
 def migrate_launcher(text: str, kind: str, options: Optional[Options] = None) -> "Result":
@@ -710,7 +715,9 @@ def with_project(outcomes: Sequence[Migrated], mode: WriteBack, options: Options
     answered = any(done.distributed for done, _ in python) and any(
         diagnostic.code in _LIBRARY_DECLINES for done, _ in python for diagnostic in done.outcome.diagnostics
     )
-    if not migrated and not answered:
+    declined = {diagnostic.code for done, _ in python for diagnostic in done.outcome.diagnostics}
+    together = bool(_TRAINS_ELSEWHERE & declined)  # a module that builds and trains its models, or its script
+    if not migrated and not answered and not together:
         return list(outcomes)  # no script to plan with its modules, no module to answer (LibCST stays unloaded)
     from migrator.project.plan import ProjectFile, plan_project
 
@@ -720,11 +727,21 @@ def with_project(outcomes: Sequence[Migrated], mode: WriteBack, options: Options
         for done, real in python
     ]
     try:
-        updates = plan_project(project, options, rewrite=mode.needs_code)
+        updates = plan_project(project, options, rewrite=mode.needs_code, engine=_engine_again(options, mode))
     except Exception as exc:  # noqa: BLE001 - a bug in the planner: each file keeps its own migration, and says so
         updates = _planning_failed(project, exc)
     real_of = {id(done): real for done, real in python}
     return [_updated(done, updates.get(real_of.get(id(done), ""))) for done in outcomes]
+
+
+def _engine_again(options: Options, mode: WriteBack):
+    """The per-file engine, run again on a file with what project mode tells it (FileContext's
+    set_up_by, trains_through): migrator.project.trainers."""
+    def engine(file: Any, **told: Any) -> "Result":
+        context = FileContext.for_file(Path(file.path), file.display)._replace(**told)
+        # Parsed whatever its text: a script that only calls `Solver(...)` may never name torch.
+        return (migrate if mode.needs_code else check)(file.text, options, context, first_look=False)
+    return engine
 
 
 def _planning_failed(project: Sequence[Any], exc: Exception) -> Dict[str, "Update"]:
@@ -748,8 +765,10 @@ def _updated(done: Migrated, update: Optional["Update"]) -> Migrated:
         # Its own findings were about the migration that is not made; the reason replaces them.
         return Migrated(FileOutcome(outcome.path, False, (), update.diagnostics, outcome.error), done.source,
                         done.source.text, done.skipped, done.python, distributed=done.distributed)
-    diagnostics = tuple(d for d in outcome.diagnostics if d.code not in update.dropped) + update.diagnostics
-    changes = tuple(sorted(outcome.changes + update.changes, key=lambda c: (c.line, c.col)))
+    # Migrated again with the module it trains through: the new outcome replaces the per-file one.
+    before_changes, before_diagnostics = ((), ()) if update.replaces else (outcome.changes, outcome.diagnostics)
+    diagnostics = tuple(d for d in before_diagnostics if d.code not in update.dropped) + update.diagnostics
+    changes = tuple(sorted(before_changes + update.changes, key=lambda c: (c.line, c.col)))
     code = update.code if update.code is not None else done.code
     try:
         if done.source is not None and code is not None:

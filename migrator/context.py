@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path, PurePath
-from typing import NamedTuple, Optional, Tuple
+from typing import FrozenSet, NamedTuple, Optional, Tuple
 
 # Files that mark the top of a project: imports are not looked for above it.
 _PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
@@ -48,6 +48,13 @@ class FileContext(NamedTuple):
     path: Optional[str] = None  # as the user named it; decides whether it is a test module
     package: Optional[str] = None  # the dotted package the file is in, for `from .comm import x`
     modules: Optional[ProjectModules] = None
+    # Project mode migrates this module with the script named here, which sets up the process group
+    # before any function of the module runs: the module trains (a Solver building its own models),
+    # but gets no setup of its own.
+    set_up_by: Optional[str] = None
+    # Project mode migrates this script with the modules these names come from (`Solver`), which
+    # build their models and train them: calling one is the script's training, set up here.
+    trains_through: FrozenSet[str] = frozenset()
 
     @classmethod
     def for_file(cls, path: Path, display: Optional[str] = None) -> "FileContext":

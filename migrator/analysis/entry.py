@@ -10,13 +10,18 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.analysis.facts import EntryPoint, ModelFact
+from migrator.bindings import dotted_name
 from migrator.analysis.helpers import Block, Statement, _called_names, _referenced_names
 from migrator.tree import descendants
 
 
 # -- entry point -------------------------------------------------------------------
-def entry_point(self, guard: Optional[cst.If], models: Tuple[ModelFact, ...]) -> Optional[EntryPoint]:
+def entry_point(self, guard: Optional[cst.If], models: Tuple[ModelFact, ...],
+                elsewhere: Tuple[cst.Call, ...] = ()) -> Optional[EntryPoint]:
+    """Where the setup goes: before the statements that build the trained models, or that call
+    into the modules that build and train them (`elsewhere`: `Solver(loader, config)`)."""
     sites = [m_.definition for m_ in models if m_.definition is not None]
+    sites += [statement for statement in map(self.statement_of, elsewhere) if statement is not None]
     if not sites:
         return None
     launch_block: Block = guard.body if guard is not None else self.module  # type: ignore[assignment]
@@ -51,6 +56,24 @@ def entry_point(self, guard: Optional[cst.If], models: Tuple[ModelFact, ...]) ->
                 # the process group is set up in the guard, before the object exists.
                 return self.entry_in_block("guard" if guard is not None else "module", launch_block, None, sites)
     return None
+
+def caller_entry() -> EntryPoint:
+    """The entry point of a module whose caller sets up the process group (FileContext.set_up_by):
+    placeholders outside the module, so no scope of it holds `local_rank` and every function of it
+    runs after the setup (the module-level code, at import time, before it)."""
+    placeholder = cst.SimpleStatementLine(body=[cst.Pass()])
+    outside = cst.Module(body=[placeholder])
+    return EntryPoint("caller", outside, placeholder, placeholder, outside, None)
+
+
+def trained_elsewhere(self) -> Tuple[cst.Call, ...]:
+    """Calls of names the script imports from the modules migrated with it that train
+    (FileContext.trains_through): `Solver(celeba_loader, rafd_loader, config)`, `solver.Solver(...)`."""
+    names = self.context.trains_through if self.context is not None else frozenset()
+    if not names:
+        return ()
+    return tuple(call for call in self.c.calls if (dotted_name(call.func) or "").split(".")[0] in names)
+
 
 def builds_loaders(self, statements, loaders, functions) -> bool:
     """Does one of `statements` build a DataLoader, itself or through a function of this file?"""

@@ -25,7 +25,10 @@ class EntryPoint:
     """Where training starts, and so where the process group is set up and torn down.
 
     kind: "function" (a main()-like function called from the launch block), "guard" (the body of
-    `if __name__ == "__main__":`) or "module" (a flat script with no guard).
+    `if __name__ == "__main__":`), "module" (a flat script with no guard) or "caller" (a module
+    project mode migrates with the script that calls it: that script sets up the process group
+    before any function here runs, so nothing is set up or torn down here, and `local_rank` is in
+    no scope of this module: `block`, `anchor`, `training` and `scope` are placeholders outside it).
     """
 
     kind: str
@@ -260,6 +263,9 @@ class ScriptFacts:
     # the guard, after the process group's setup (analysis.entry.guard_hoist)
     hoisted_into_guard: Optional[Tuple[cst.If, Statement]] = None
     spawn: Optional[SpawnFacts] = None  # workers started with mp.spawn: what --spawn does (None: none here)
+    # Calls of the script that train through a module migrated with it (`Solver(loader, config)`,
+    # FileContext.trains_through): the script trains, though it builds no model itself.
+    trained_elsewhere: Tuple[cst.Call, ...] = ()
 
     def line_col(self, node: cst.CSTNode) -> Tuple[int, int]:
         """1-based line and column, as editors and linters show them."""
@@ -309,7 +315,7 @@ class ScriptFacts:
 
     @property
     def trains(self) -> bool:
-        return bool(self.models)
+        return bool(self.models) or bool(self.trained_elsewhere)
 
     @property
     def unrewritable_dataparallel(self) -> Tuple[DataParallelSite, ...]:

@@ -89,6 +89,7 @@ class _Analysis:
     def facts(self) -> ScriptFacts:
         guard = self.c.main_guards[0] if self.c.main_guards else None
         dp_sites = tuple(self.dataparallel_site(call) for call in self.calls(N.DATAPARALLEL))
+        elsewhere = self.trained_elsewhere()
         ddp_targets = self.ddp_wrapped_targets()
         models = self.trained_models(dp_sites, ddp_targets)
         import_time_model = self.import_time_model(guard, models)
@@ -97,7 +98,9 @@ class _Analysis:
             import_time_model = None
             entry = hoisted[0]
         else:
-            entry = None if import_time_model is not None else self.entry_point(guard, models)
+            entry = None if import_time_model is not None else self.entry_point(guard, models, elsewhere)
+        if entry is None and models and import_time_model is None and self.context is not None and self.context.set_up_by:
+            entry = _entry.caller_entry()
         device_var = self.entry_device_var(entry)
         cuda_calls = tuple(self.cuda_call(call) for call in self.c.cuda_calls if not self.is_chained_dp(call, dp_sites))
         device_var_needed = device_var is None and entry is not None and any(
@@ -153,6 +156,7 @@ class _Analysis:
             import_statements=tuple(self.c.import_statements),
             functions=tuple(self.c.functions),
             spawn=spawn_facts(self),
+            trained_elsewhere=elsewhere if entry is not None and entry.kind != "caller" else (),
             **self.flow_facts(models, entry),
         )
         facts = replace(facts, models=tuple(replace(m_, rebound=self.rebound.get(m_.expr, ())) for m_ in facts.models))
@@ -185,7 +189,9 @@ class _Analysis:
 
     def flow_facts(self, models: Tuple[ModelFact, ...], entry: Optional[EntryPoint]) -> dict:
         entry_function = entry.scope if entry is not None and entry.kind == "function" else None
-        flow = Flow(self, {m_.expr for m_ in models}, entry_function, entry.scope if entry is not None else None)
+        flow = Flow(self, {m_.expr for m_ in models}, entry_function, entry.scope if entry is not None else None,
+                    set_up_by_caller=entry is not None and entry.kind == "caller",
+                    trained_through=self.context.trains_through if self.context is not None else frozenset())
         loaders = flow.loaders()
         wrapped = [m_ for m_ in models if not m_.already_ddp and m_.wrap_after is not None]
         self.rebound = {m_.expr: flow.reassignments(m_) for m_ in wrapped}
@@ -372,6 +378,7 @@ class _Analysis:
     # -- entry point -------------------------------------------------------------------
     # (functions in migrator/analysis/entry.py)
     entry_point = _entry.entry_point
+    trained_elsewhere = _entry.trained_elsewhere
     import_time_model = _entry.import_time_model
     hoist_into_guard = _entry.hoist_into_guard
     guard_hoist = _entry.guard_hoist

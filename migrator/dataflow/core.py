@@ -121,12 +121,19 @@ class FlowBase:
         model_exprs: Set[str],
         entry_function: Optional[cst.CSTNode],
         entry_scope: Optional[cst.CSTNode] = None,
+        set_up_by_caller: bool = False,
+        trained_through: FrozenSet[str] = frozenset(),
     ) -> None:
         self.a = a
         self.c = a.c
         self.model_exprs = model_exprs
         self.entry_function = entry_function
         self.entry_scope = entry_scope  # where the setup goes: the entry function, or the module
+        # A module whose caller sets up the process group (analysis.facts.EntryPoint "caller"):
+        # every function of it runs on every rank, from a script that runs it once.
+        self.set_up_by_caller = set_up_by_caller
+        # Names whose calls train in a module migrated with this script (`Solver`): every rank runs them.
+        self.trained_through = trained_through
         self.functions: Dict[str, cst.FunctionDef] = {
             f.name.value: f for f in self.c.functions if isinstance(a.parent(f), cst.Module)
         }

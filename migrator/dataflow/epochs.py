@@ -125,9 +125,17 @@ class EpochFlow(FlowBase):
                 continue
             condition = next((anc for anc in self.a.ancestors(call) if isinstance(anc, cst.If)), None)
             if condition is not None and _is_modulo_test(condition.test) and condition not in found:
-                if any(isinstance(anc, (cst.For, cst.While)) for anc in self.a.ancestors(condition)):
+                if any(isinstance(anc, (cst.For, cst.While)) for anc in self.a.ancestors(condition)) and not self._backward_in(condition):
                     found.append(condition)
         return found
+
+    def _backward_in(self, condition: cst.If) -> bool:
+        """`if (i + 1) % n_critic == 0:` around the backward pass as well as the step: the whole
+        update runs every n steps (a GAN's generator), no gradient is accumulated across steps."""
+        return any(
+            isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward" and self.a.is_inside(call, condition)
+            for call in self.c.calls
+        )
 
 
 def _counter_increment(statement: cst.CSTNode) -> Optional[str]:

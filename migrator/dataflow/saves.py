@@ -101,6 +101,8 @@ class SaveFlow(FlowBase):
             func = call.func
             if code_of(func) in self.model_exprs or self.c.resolve(func) in N.COLLECTIVES:
                 return True
+            if code_of(func).split(".")[0] in self.trained_through:
+                return True  # `print(Solver(loader).train())`: the DDP models are built and trained in there
             target = self.callee(call)  # type: ignore[arg-type]
             if target is not None and depth < 3 and self.runs_shared_code(target.body, depth + 1):
                 return True
@@ -178,6 +180,8 @@ class SaveFlow(FlowBase):
                 # final score) and at module level (run at import, in every worker): once, not once
                 # per rank. Before the setup (or after its teardown) torchrun's RANK says who is rank 0.
                 found.append(statement)
+            elif self.set_up_by_caller and self.a.scope_of(statement) is not self.a.module and not _per_rank(statement):
+                found.append(statement)  # `print_network(G)` called once by the script: once, not once per rank
         return tuple(found)
 
     def called_in(self, loops: Set[cst.CSTNode]) -> Set[cst.CSTNode]:

@@ -19,14 +19,14 @@ Everything here is pure: the CLI passes the files it read and applies what comes
 from __future__ import annotations
 
 import ast
-import os
-from dataclasses import dataclass, field
+from dataclasses import replace
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
-from migrator.context import FileContext
 from migrator.options import Options
 from migrator.project.graph import ProjectGraph
+from migrator.project.outcome import ProjectFile, Update, plannable, relative
 from migrator.project.hints import LIBRARY_DECLINES
+from migrator.project.trainers import Engine, migrate_together
 from migrator.project.rewrite import DATAPARALLEL_IN_MODULE, ModuleRole, migrate_module
 from migrator.project.rules import MODULE_NEEDS_MIGRATION, MODULE_SAMPLER, MODULE_SET_EPOCH
 from migrator.types import Change, Diagnostic, Result
@@ -36,61 +36,50 @@ SET_EPOCH_CODE = "DDP011"
 UNTRACED_LOADER = "DDP108"  # "no DataLoader of this file feeds the training": project mode may find it
 NO_EPOCH_LOOP = "DDP109"  # "no epoch loop drives this sharded loader": the module's loop may have one
 _ANSWERED = LIBRARY_DECLINES | {MODULE_NEEDS_MIGRATION.code}  # a planned module's per-file declines and hint
-# Words of a module that runs several processes itself (or through a framework): never planned.
-_DISTRIBUTED_WORDS = (
-    "init_process_group", "DistributedDataParallel", "DistributedSampler", "FullyShardedDataParallel",
-    "import accelerate", "from accelerate", "lightning", "deepspeed", "horovod", "mp.spawn",
-)
 
 
-@dataclass(frozen=True)
-class ProjectFile:
-    """A Python file as the CLI has it after the per-file engine."""
-
-    path: str  # real path
-    display: str
-    text: str  # as read
-    code: Optional[str]  # the engine's output; None when only checked (--check without --diff)
-    changes: Tuple[Change, ...] = ()
-    diagnostics: Tuple[Diagnostic, ...] = ()
-    distributed: bool = False  # set up for several processes already (api's Result.distributed)
-
-
-@dataclass(frozen=True)
-class Update:
-    """What project mode adds to a file's outcome."""
-
-    code: Optional[str]  # the file's new code (None: check mode, or unchanged)
-    changes: Tuple[Change, ...] = ()
-    diagnostics: Tuple[Diagnostic, ...] = ()
-    dropped: FrozenSet[str] = field(default_factory=frozenset)  # diagnostic codes the plan answers
-    # The per-file migration of this script must not be written: a module it trains through wraps
-    # the model in DataParallel itself (a DataParallel around DDP breaks); the file stays as it was.
-    revert: bool = False
-
-
-def plan_project(files: Sequence[ProjectFile], options: Optional[Options] = None, rewrite: bool = True) -> Dict[str, Update]:
-    """Updates by real path, for the entry points and the walked modules they train through."""
+def plan_project(files: Sequence[ProjectFile], options: Optional[Options] = None, rewrite: bool = True,
+                 engine: Optional[Engine] = None) -> Dict[str, Update]:
+    """Updates by real path, for the entry points and the walked modules they train through.
+    `engine` runs the per-file engine on a file again, told what project mode knows
+    (migrator.project.trainers); without it, a script training through a module that builds its
+    own models stays declined."""
     options = options or Options()
+    graph = ProjectGraph({f.path: f.text for f in files})
+    together = migrate_together(files, graph, engine, rewrite)
+    updates = _planned_with_entries(together.files, graph, options, rewrite, together.modules)
+    for path, needs in together.needs.items():  # its module was not given: the script stays as it was
+        also = updates.get(path, Update(None)).diagnostics
+        updates[path] = Update(None, (), needs + tuple(d for d in also if d.code == MODULE_NEEDS_MIGRATION.code), revert=True)
+    return {path: together.updates[path].then(updates.get(path)) if path in together.updates else update
+            for path, update in {**together.updates, **updates}.items()}
+
+
+def _planned_with_entries(files: Sequence[ProjectFile], graph: ProjectGraph, options: Options, rewrite: bool,
+                          together: FrozenSet[str]) -> Dict[str, Update]:
+    """`together`: modules migrated with their script by the engine (migrator.project.trainers):
+    only their loops over the loaders they are handed are planned here (set_epoch)."""
     entries = [f for f in files if any(c.code == SETUP_CODE for c in f.changes)]
     callers = [f for f in files if f.distributed and f not in entries]
     if not entries and not callers:
         return {}
     by_path = {f.path: f for f in files}
-    graph = ProjectGraph({f.path: f.text for f in files})
     entry_paths = {f.path for f in entries}
     roles: Dict[str, List[ProjectFile]] = {}  # module -> entries reaching it
     used: Dict[str, Optional[Tuple[str, ...]]] = {}  # module -> the names the entries import from it (None: all)
     outside: Dict[str, List[Tuple[str, Tuple[str, ...]]]] = {}  # entry -> modules not given, with chains
     updates: Dict[str, Update] = _answered_by_distributed_callers(callers, graph, by_path)
     for entry in list(entries):
-        reached = [(m, chain) for m, chain in graph.reachable(entry.path) if m not in entry_paths and _plannable(m, graph.text(m))]
-        blocker = _dataparallel_module(reached, graph)
+        reached = [(m, chain) for m, chain in graph.reachable(entry.path) if m not in entry_paths and plannable(m, graph.text(m))]
+        # A module migrated with the script by the engine had its DataParallel replaced there.
+        blocker = _dataparallel_module([r for r in reached if r[0] not in together], graph)
         if blocker is not None:
             updates[entry.path] = _blocked(entry, blocker, graph)
             entries.remove(entry)
             continue
         for module, chain in reached:
+            if module in together and not graph.walked(module):
+                continue  # not given, and migrated with the script by the engine: migrator.project.trainers says what it needs
             if graph.walked(module):
                 roles.setdefault(module, []).append(entry)
                 names = graph.imported_names(entry.path, module) if len(chain) == 2 else None
@@ -103,13 +92,18 @@ def plan_project(files: Sequence[ProjectFile], options: Optional[Options] = None
     for module, reaching in roles.items():
         batch, why = _batch_mode(options, [wrapping[e.path][0] for e in reaching])
         role = ModuleRole(tuple(e.display for e in reaching), unwrap_keys=not any(wrapping[e.path][1] for e in reaching),
-                          batch=batch, batch_why=why, used=used.get(module))
+                          batch=batch, batch_why=why, used=used.get(module),
+                          **({"pieces": (MODULE_SET_EPOCH.code,)} if module in together else {}))
         current = by_path[module]
         update = _module_update(current, role, options, rewrite)
         if update is not None and (update.changes or update.diagnostics or _ANSWERED & _codes(current)):
             updates[module] = update
             for entry in reaching:
                 made[entry.path] = made.get(entry.path, frozenset()) | {c.code for c in update.changes}
+    for module in together & set(updates):  # migrated with its script: the loaders it is handed are sharded now
+        reaching = [e for e in roles.get(module, ()) if MODULE_SAMPLER.code in made.get(e.path, frozenset())]
+        if reaching:
+            updates[module] = replace(updates[module], dropped=updates[module].dropped | {UNTRACED_LOADER})
     for entry in entries:
         updates[entry.path] = _entry_update(entry, outside.get(entry.path, ()), graph, options, rewrite, made.get(entry.path, frozenset()))
     return updates
@@ -211,9 +205,9 @@ def _dataparallel_module(reached, graph: ProjectGraph) -> Optional[Tuple[str, Tu
 
 def _blocked(entry: ProjectFile, blocker, graph: ProjectGraph) -> Update:
     module, chain, line = blocker
-    via = " -> ".join(_relative(p, entry.path) for p in chain[1:-1])
+    via = " -> ".join(relative(p, entry.path) for p in chain[1:-1])
     message = (
-        f"left unchanged: {_relative(module, entry.path)}:{line}, which this script trains through"
+        f"left unchanged: {relative(module, entry.path)}:{line}, which this script trains through"
         f"{f' (imported through {via})' if via else ''}, wraps the model in DataParallel itself; a DataParallel "
         "around the DDP model would break: replace it there with DDP (or drop it), then run ddp-migrate again"
     )
@@ -227,25 +221,12 @@ def _codes(file: ProjectFile) -> FrozenSet[str]:
 
 def _needs(entry: ProjectFile, module: str, chain: Tuple[str, ...], change: Change, line: int) -> Diagnostic:
     """DDP140 on the script: `utils/saver.py:12 (imported through trainer.py) needs ...`."""
-    shown = _relative(module, entry.path)
-    via = " -> ".join(_relative(p, entry.path) for p in chain[1:-1])
+    shown = relative(module, entry.path)
+    via = " -> ".join(relative(p, entry.path) for p in chain[1:-1])
     through = f" (imported through {via})" if via else ""
     message = (f"{shown}:{change.line} needs {change.code}: {change.message}{through}; it is not among the files "
                "given, so it was left unchanged: run ddp-migrate on the project's folder, or name it too")
     return Diagnostic(MODULE_NEEDS_MIGRATION.code, line, 1, message)  # at the import that leads to it
-
-
-def _relative(path: str, start: str) -> str:
-    try:
-        return os.path.relpath(path, os.path.dirname(start)).replace(os.sep, "/")
-    except ValueError:
-        return path
-
-
-def _plannable(path: str, text: Optional[str]) -> bool:
-    if text is None or FileContext(path=path).is_test_module:
-        return False
-    return not any(word in text for word in _DISTRIBUTED_WORDS)
 
 
 def _batch_mode(options: Options, wraps: Sequence[bool]) -> Tuple[str, str]:

@@ -234,8 +234,8 @@ class _Finder:
             why = "it passes the sampler's place positionally"
         elif dataset is None or not is_plain_reference(dataset):
             why = "its data set is not a name (it would be built twice)"
-        elif not is_true(shuffle.value) and not is_plain_reference(shuffle.value):
-            why = "its shuffle argument is an expression"
+        elif not is_true(shuffle.value) and not is_plain_reference(shuffle.value) and any(True for _ in walk_calls(shuffle.value)):
+            why = "its shuffle argument calls something (it would run twice)"
         elif statement is None:
             why = "it is built inside an expression with no statement of its own"
         if why is not None:
@@ -244,11 +244,12 @@ class _Finder:
             return
         name = self._sampler_name(statement, call)
         dist = self.names.dist
-        condition = f"{dist}.is_initialized()" if is_true(shuffle.value) else f"{source_of(shuffle.value)} and {dist}.is_initialized()"
+        shuffled = _operand(shuffle.value)  # `shuffle=(mode == "train")`: read again, it is the same
+        condition = f"{dist}.is_initialized()" if is_true(shuffle.value) else f"{shuffled} and {dist}.is_initialized()"
         sampler_line = cst.parse_statement(
             f"{name} = {self.names.sampler}({source_of(dataset)}, shuffle=True) if {condition} else None\n")
         self.plan.insert_before(statement, [sampler_line])
-        new_shuffle = f"{name} is None" if is_true(shuffle.value) else f"{source_of(shuffle.value)} and {name} is None"
+        new_shuffle = f"{name} is None" if is_true(shuffle.value) else f"{shuffled} and {name} is None"
         self.plan.replace(call, with_sampler(shuffle, new_shuffle, name))
         self.names.need(self.plan, dist=True, sampler=True)
         split = (self._split_batch(call, statement, name) if self.role.batch == "global" else
@@ -393,13 +394,14 @@ class _Finder:
     def _restart_epoch(self, handler: cst.ExceptHandler) -> None:
         """`except StopIteration: data_iter = iter(train_loader)`: a loop over steps that starts the
         loader again when it runs out. Each restart is a new pass: the sampler's epoch moves on."""
-        if handler.type is None or dotted_name(handler.type) != "StopIteration":
+        if not self._ends_iteration(handler):
             return
         function = self._enclosing(handler, cst.FunctionDef)
         scope = function or self.module
         if any(isinstance(n, cst.Attribute) and n.attr.value == "set_epoch" for n in walk(scope)):
             return
-        for statement in handler.body.body:
+        # `except StopIteration:` with the restart in it, or under an `if` there (one of several loaders)
+        for statement in (n for n in walk(handler.body) if isinstance(n, cst.SimpleStatementLine)):
             small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
             value = getattr(small, "value", None)
             if not (isinstance(small, cst.Assign) and isinstance(value, cst.Call) and dotted_name(value.func) == "iter"
@@ -412,7 +414,16 @@ class _Finder:
             self.plan.insert_before(statement, [epoch])
             self.names.need(self.plan, sampler=True)
             self._change(MODULE_SET_EPOCH.code, statement, f"`{loader}.sampler.set_epoch(...)` each time the loader starts again")
-            return
+
+    def _ends_iteration(self, handler: cst.ExceptHandler) -> bool:
+        """`except StopIteration:`, or a bare `except:` / `except Exception:` around a `next(it)`:
+        the handler runs when the iterator runs dry (StarGAN's solver catches everything there)."""
+        caught = dotted_name(handler.type) if handler.type is not None else None
+        if caught == "StopIteration":
+            return True
+        attempt = self.parents.get(handler)
+        return caught in (None, "Exception", "BaseException") and isinstance(attempt, cst.Try) and any(
+            isinstance(n, cst.Call) and dotted_name(n.func) == "next" for n in walk(attempt.body))
 
     def _epoch_in_reach(self, loop: cst.For, function: Optional[cst.FunctionDef]) -> Optional[str]:
         node = self.parents.get(loop)
@@ -641,6 +652,12 @@ class _Finder:
         if self.options.enabled(MODULE_NEEDS_MIGRATION.code, MODULE_NEEDS_MIGRATION.name):
             line, col = self._line_col(node)
             self.plan.diagnostics.append(Diagnostic(MODULE_NEEDS_MIGRATION.code, line, col, message))
+
+
+def _operand(node: cst.BaseExpression) -> str:
+    """`node`'s code, in parentheses when it needs them as the left side of an `and`."""
+    text = source_of(node)
+    return text if is_plain_reference(node) or getattr(node, "lpar", ()) else f"({text})"
 
 
 def reached_from(module: cst.Module, names: Tuple[str, ...]) -> Set[Optional[cst.CSTNode]]:

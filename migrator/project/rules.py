@@ -32,14 +32,35 @@ the work per epoch, and not the data parallelism DDP is for. The module may have
     fix="""
 `sampler = DistributedSampler(ds, shuffle=True) if dist.is_initialized() else None` before the
 loader, and `shuffle=sampler is None, sampler=sampler` in it (`shuffle=<flag> and sampler is None`
-when shuffling is a parameter: the sampler is only made when it is true). Loaders read in order
-(evaluation) stay whole.""",
+when shuffling is a parameter or a test such as `mode == "train"`: the sampler is only made when
+it is true). Loaders read in order (evaluation) stay whole.""",
     fix_safety="""
 Safe: the sampler only exists under a process group. A data set given as an expression (it would
-be built twice), a shuffle computed inline or a positional sampler argument is reported (DDP140).""",
+be built twice), a shuffle that calls something (it would run twice) or a positional sampler
+argument is reported (DDP140).""",
     requires=('DDP001',),
     fixable=True,
     examples=(
+        Example(
+            id="shuffled-in-training-mode",
+            before='''from torch.utils import data
+
+
+def get_loader(dataset, batch_size, mode="train"):
+    loader = data.DataLoader(dataset=dataset, batch_size=batch_size, shuffle=(mode == "train"))
+    return loader
+''',
+            after='''from torch.utils import data
+import torch.distributed as dist
+from torch.utils.data.distributed import DistributedSampler
+
+
+def get_loader(dataset, batch_size, mode="train"):
+    sampler = DistributedSampler(dataset, shuffle=True) if (mode == "train") and dist.is_initialized() else None
+    loader = data.DataLoader(dataset=dataset, batch_size=batch_size, shuffle=(mode == "train") and sampler is None, sampler=sampler)
+    return loader
+''',
+        ),
         Example(
             id="sampler-chosen-at-run-time",
             before='''from torch.utils.data import DataLoader

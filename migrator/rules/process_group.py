@@ -121,6 +121,10 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
         _report_no_entry_point(facts, plan)
     if not needs_setup(facts):
         return
+    if facts.entry.kind == "caller":  # the calling script sets the group up (project mode migrates them together)
+        if facts.names.dist_import_needed:
+            plan.need_import("torch.distributed", asname="dist")  # for the rank checks the other rules write
+        return
     names = facts.names
     setup = SETUP
     if facts.local_rank_at_module is not None:

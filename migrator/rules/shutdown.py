@@ -72,8 +72,8 @@ DESTROY_IF_INITIALIZED = "if {dist}.is_initialized():\n\t{dist}.destroy_process_
 
 
 def plan(facts: ScriptFacts, plan: Plan) -> None:
-    if not needs_setup(facts) or facts.has_destroy_process_group:
-        return
+    if not needs_setup(facts) or facts.has_destroy_process_group or facts.entry.kind == "caller":
+        return  # the calling script that set the group up tears it down
     entry = facts.entry
     dist = facts.names.dist
     if entry.kind == "function":

@@ -209,6 +209,84 @@ here when the loop's structure differs, as when a counter moves between the back
     examples=(
         Example(id="every-fourth-step", before=_TRAIN, after=_TRAIN_MIGRATED, diagnostics=("DDP122",)),
         Example(
+            id="update-every-second-step",
+            fires=False,
+            before='''import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8, shuffle=True)
+    generator, critic = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+    g_optimizer = torch.optim.Adam(generator.parameters())
+    d_optimizer = torch.optim.Adam(critic.parameters())
+    for epoch in range(2):
+        for i, (x,) in enumerate(loader):
+            d_loss = critic(generator(x).detach()).mean() - critic(x).mean()
+            d_optimizer.zero_grad()
+            d_loss.backward()
+            d_optimizer.step()
+            # The generator's whole update runs every second step: nothing accumulates.
+            if (i + 1) % 2 == 0:
+                g_loss = -critic(generator(x)).mean()
+                g_optimizer.zero_grad()
+                g_loss.backward()
+                g_optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+from torch.utils.data import DataLoader, TensorDataset
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data.distributed import DistributedSampler
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+    dataset = TensorDataset(torch.randn(64, 4))
+    sampler = DistributedSampler(dataset, shuffle=True)
+    loader = DataLoader(dataset, batch_size=8, sampler=sampler)
+    generator, critic = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+    generator = DDP(generator, device_ids=None)
+    critic = DDP(critic, device_ids=None)
+    g_optimizer = torch.optim.Adam(generator.parameters())
+    d_optimizer = torch.optim.Adam(critic.parameters())
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for i, (x,) in enumerate(loader):
+            d_loss = critic(generator(x).detach()).mean() - critic(x).mean()
+            d_optimizer.zero_grad()
+            d_loss.backward()
+            d_optimizer.step()
+            # The generator's whole update runs every second step: nothing accumulates.
+            if (i + 1) % 2 == 0:
+                g_loss = -critic(generator(x)).mean()
+                g_optimizer.zero_grad()
+                g_loss.backward()
+                g_optimizer.step()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+        ),
+        Example(
             id="no-sync-on-accumulating-passes",
             before='''import contextlib
 

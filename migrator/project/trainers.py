@@ -1,0 +1,157 @@
+"""Project mode: a script whose training runs in a class of another module that builds its models
+itself (StarGAN's `solver = Solver(loader, config); solver.train()`, a config-driven `Trainer`).
+
+The per-file engine declines both files: the script builds no model (DDP114, or nothing said when
+it never names torch), the module trains but has no entry point to set up the process group in
+(DDP101). Migrated together they are one
+program, so the engine runs on both again, told so (migrator.context.FileContext):
+
+- the module with `set_up_by`: its caller sets up the process group before any of its functions
+  runs, so the module gets everything but the setup (the DDP wraps, rank-0 checkpoints and prints,
+  `.module` for the checkpoint keys and the model's own methods);
+- the script with `trains_through`, the names it imports from the module: calling one is its
+  training, so the setup goes before it (and before the loaders it hands over) and the teardown
+  after it.
+
+Both are made, or neither: the module must come out with its models wrapped and nothing left for
+a human, the script must get its setup, and no other file among those given may import the
+module without being migrated with it (it would run the DDP models with no process group);
+otherwise nothing changes and the script's findings say why (DDP140).
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+
+from migrator.project.graph import ProjectGraph
+from migrator.project.outcome import ProjectFile, Update, plannable, relative
+from migrator.project.rules import MODULE_NEEDS_MIGRATION
+from migrator.types import Diagnostic, Result
+
+NO_ENTRY_POINT = "DDP101"  # the module trains, with models of its own, but nothing sets up a group
+NOT_MIGRATED = "DDP114"  # the script trains through something built elsewhere, and nothing was done
+SETUP = "DDP001"
+WRAP = "DDP003"
+_MAX_LISTED = 6  # changes named one by one on a script whose module was not given
+
+# Runs the per-file engine on a file again: (file, set_up_by=script, trains_through=names) -> Result.
+Engine = Callable[..., Result]
+
+
+@dataclass(frozen=True)
+class Together:
+    """What migrating scripts with the modules they train through gives."""
+
+    files: List[ProjectFile]  # the files given, those migrated together replaced by their new outcome
+    updates: Dict[str, Update]  # by path: the new outcomes (`replaces`), or why a pair was left alone
+    modules: FrozenSet[str] = frozenset()  # the modules migrated (or, not given, to migrate) with a script
+    # Scripts whose module was not among the files given: what it needs; the script stays as it was
+    # (its setup alone would have every rank train a copy of its own).
+    needs: Dict[str, Tuple[Diagnostic, ...]] = field(default_factory=dict)
+
+
+def migrate_together(
+    files: Sequence[ProjectFile], graph: ProjectGraph, engine: Optional[Engine], rewrite: bool,
+) -> Together:
+    if engine is None:
+        return Together(list(files), {})
+    modules = {f.path: f for f in files if NO_ENTRY_POINT in _codes(f) and not f.distributed}
+    callers: Dict[str, List[Tuple[ProjectFile, Tuple[str, ...]]]] = {}
+    for script in files:
+        if script.distributed or script.changes or script.path in modules:
+            continue  # migrated, distributed, or a module of its own kind: not a script to set up
+        for module in graph.imports(script.path):
+            names = graph.imported_names(script.path, module)
+            if names and (module in modules or NOT_MIGRATED in _codes(script) and _trains_unset(module, graph, engine, modules)):
+                callers.setdefault(module, []).append((script, names))
+    replaced: Dict[str, ProjectFile] = {}
+    updates: Dict[str, Update] = {}
+    needs: Dict[str, Tuple[Diagnostic, ...]] = {}
+    for path, scripts in callers.items():
+        module = modules[path]
+        outcome = _together(module, scripts, files, graph, engine)
+        if isinstance(outcome, Diagnostic):
+            for script, _ in scripts:
+                updates[script.path] = Update(None, diagnostics=(replace(outcome, line=graph.import_line(script.path, path)),))
+            continue
+        given = graph.walked(path)
+        for file, result in outcome:
+            replaced[file.path] = ProjectFile(file.path, file.display, file.text, result.code if rewrite else None,
+                                              result.changes, result.diagnostics, file.distributed)
+            if given:
+                updates[file.path] = Update(result.code if rewrite else None, result.changes, result.diagnostics, replaces=True)
+            elif file is not module:
+                needs[file.path] = _module_needs(file, module, outcome[0][1], graph)
+    return Together([replaced.get(f.path, f) for f in files], updates, frozenset(callers), needs)
+
+
+def _trains_unset(path: str, graph: ProjectGraph, engine: Engine, modules: Dict[str, ProjectFile]) -> bool:
+    """A module not among the files given that trains with models of its own and no entry point
+    (what the engine says of it alone): read from disk, and kept in `modules`."""
+    if path in modules:
+        return True
+    text = graph.text(path)
+    if graph.walked(path) or text is None or not plannable(path, text):
+        return False
+    try:
+        alone = engine(ProjectFile(path, path, text, None))
+    except Exception:  # noqa: BLE001 - a module the engine cannot read is not followed
+        return False
+    if NO_ENTRY_POINT not in {d.code for d in alone.diagnostics}:
+        return False
+    modules[path] = ProjectFile(path, path, text, None, alone.changes, alone.diagnostics)
+    return True
+
+
+def _module_needs(script: ProjectFile, module: ProjectFile, made: Result, graph: ProjectGraph) -> Tuple[Diagnostic, ...]:
+    """The script's findings when the module it trains through was not given: why it is left as it
+    is, then each change the module needs (DDP140, at the import)."""
+    line = graph.import_line(script.path, module.path)
+    shown = relative(module.path, script.path)
+    why = Diagnostic(MODULE_NEEDS_MIGRATION.code, line, 1, (
+        f"left unchanged: this script trains through {shown}, which builds and trains its models, and the two are "
+        f"migrated together; {shown} is not among the files given: run ddp-migrate on the project's folder, or name it too"))
+    listed = [Diagnostic(MODULE_NEEDS_MIGRATION.code, line, 1, f"{shown}:{change.line} needs {change.code}: {change.message}")
+              for change in made.changes[:_MAX_LISTED]]
+    rest = Counter(change.code for change in made.changes[_MAX_LISTED:])
+    if rest:
+        counted = ", ".join(f"{code} x{count}" for code, count in sorted(rest.items()))
+        listed.append(Diagnostic(MODULE_NEEDS_MIGRATION.code, line, 1, f"{shown}: and {sum(rest.values())} more changes there ({counted})"))
+    return (why, *listed)
+
+
+def _together(module: ProjectFile, scripts, files: Sequence[ProjectFile], graph: ProjectGraph, engine: Engine):
+    """[(file, its new result)] for the module and its scripts, or the Diagnostic saying why not."""
+    shown = os.path.basename(module.path)
+    others = [f for f in files if f.path != module.path and f not in [s for s, _ in scripts]
+              and not f.distributed and module.path in graph.imports(f.path)]
+    if others:
+        return _declined(f"{shown} builds and trains its models, but {relative(others[0].path, module.path)} imports it "
+                         "too and sets up no process group: the DDP models would run without one there")
+    try:
+        made = engine(module, set_up_by=scripts[0][0].display)
+    except Exception:  # noqa: BLE001 - a module the engine cannot migrate this way stays as it was
+        return _declined(f"{shown} builds and trains its models, but migrating it with this script failed")
+    if not any(c.code == WRAP for c in made.changes) or NO_ENTRY_POINT in {d.code for d in made.diagnostics}:
+        return _declined(f"{shown} builds and trains its models, but they could not be wrapped in DDP there")
+    outcome = [(module, made)]
+    for script, names in scripts:
+        try:
+            result = engine(script, trains_through=frozenset(names))
+        except Exception:  # noqa: BLE001
+            result = None
+        if result is None or not any(c.code == SETUP for c in result.changes):
+            return _declined(f"{shown} builds and trains its models, but no place to set up the process group "
+                             f"before {relative(script.path, module.path)} calls {', '.join(names)} was found")
+        outcome.append((script, result))
+    return outcome
+
+
+def _declined(why: str) -> Diagnostic:
+    return Diagnostic(MODULE_NEEDS_MIGRATION.code, 1, 1, f"left unchanged: {why}; migrate the two by hand")
+
+
+def _codes(file: ProjectFile) -> FrozenSet[str]:
+    return frozenset(d.code for d in file.diagnostics)
