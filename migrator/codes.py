@@ -47,6 +47,7 @@ CODES: Tuple[Tuple[str, str], ...] = (
     ("DDP117", "spawn-not-migrated"),
     ("DDP114", "training-not-migrated"),
     ("DDP116", "moved-after-wrap"),
+    ("DDP118", "gradient-penalty-backward"),
     ("DDP120", "global-batch-size"),
     ("DDP121", "sharded-evaluation"),
     ("DDP122", "gradient-accumulation-no-sync"),

@@ -32,6 +32,9 @@ class Plan:
     # block run under the `with`; the header is a function of that node as the other edits left it
     wrap_with: Dict[cst.CSTNode, List[Tuple[cst.CSTNode, cst.CSTNode, Callable[[cst.CSTNode], str], cst.CSTNode]]] = field(default_factory=dict)
     guards: Dict[cst.CSTNode, str] = field(default_factory=dict)  # statement -> condition it runs under
+    # statement -> [(expression in it, name)]: each expression is computed into its name just before
+    # the statement (as the other edits left it), and the statement reads the name instead
+    computed: Dict[cst.CSTNode, List[Tuple[cst.CSTNode, str]]] = field(default_factory=dict)
     # main guard -> first statement: the module's statements from that one to the guard (with what
     # is inserted before it, definitions and imports aside) move to the top of the guard's body
     hoists: Dict[cst.CSTNode, cst.CSTNode] = field(default_factory=dict)
@@ -69,6 +72,11 @@ class Plan:
         """Run `statement` only when `condition` holds; neighbours with the same condition share one `if`."""
         self.guards.setdefault(statement, condition)
 
+    def compute_first(self, statement: cst.CSTNode, value: cst.CSTNode, name: str) -> None:
+        """Compute `value` (an expression of `statement`) into `name` just before `statement`, which
+        then reads `name`: `print(test(model))` under a guard, with `test(model)` run by every rank."""
+        self.computed.setdefault(statement, []).append((value, name))
+
     def hoist_into(self, guard: cst.CSTNode, first: cst.CSTNode) -> None:
         self.hoists[guard] = first
 
@@ -78,7 +86,8 @@ class Plan:
 
     @property
     def empty(self) -> bool:
-        return not (self.replacements or self.before or self.after or self.wrap_tail or self.guards or self.wrap_with or self.hoists)
+        return not (self.replacements or self.before or self.after or self.wrap_tail or self.guards or self.wrap_with
+                    or self.hoists or self.computed)
 
 
 class _Applier(cst.CSTTransformer):
@@ -92,6 +101,10 @@ class _Applier(cst.CSTTransformer):
             node for ranges in plan.wrap_with.values() for first, last, _, source in ranges for node in (first, last, source)
         } | {node for pair in plan.hoists.items() for node in pair}
         self.guarded: Dict[cst.CSTNode, str] = {}  # updated statement -> its condition
+        self.guarded_in: Dict[cst.CSTNode, cst.If] = {}  # updated statement -> the `if` its guard put it in
+        self.names: Dict[cst.CSTNode, str] = {value: name for pairs in plan.computed.values() for value, name in pairs}
+        self.values: Dict[cst.CSTNode, cst.CSTNode] = {}  # original expression -> updated, computed first
+        self.computations: Dict[cst.CSTNode, List[cst.BaseStatement]] = {}  # original statement -> its `name = value`s
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         # Only walk down to the edited nodes: the rest of the tree is kept as it is.
@@ -101,6 +114,13 @@ class _Applier(cst.CSTTransformer):
         result = updated
         for replacer in self.plan.replacements.get(original, ()):
             result = replacer(result)  # type: ignore[assignment]
+        if original in self.names:
+            self.values[original] = result
+            result = cst.Name(self.names[original])
+        computed = self._computed(original, result)
+        if computed:
+            result = result.with_changes(leading_lines=())  # they go above the first computation
+            self.computations[original] = computed
         if self.guarded and isinstance(result, (cst.IndentedBlock, cst.Module)):
             result = self._merge_guards(result)
         if self.plan.hoists and isinstance(result, cst.Module):
@@ -113,7 +133,7 @@ class _Applier(cst.CSTTransformer):
             self.produced[original] = result
         if original in self.plan.guards and isinstance(result, cst.BaseStatement):
             self.guarded[result] = self.plan.guards[original]
-        before = self.plan.before.get(original, [])
+        before = [*self.plan.before.get(original, []), *computed]  # the computations right before it
         after = self.plan.after.get(original, [])
         if before or after:
             if isinstance(result, cst.BaseStatement):
@@ -121,6 +141,24 @@ class _Applier(cst.CSTTransformer):
             if isinstance(result, cst.RemovalSentinel):
                 return cst.FlattenSentinel([*before, *after])
         return result
+
+    def _computed(self, original: cst.CSTNode, result: cst.CSTNode) -> List[cst.BaseStatement]:
+        """`name = <value>` for each value the statement computes first (Plan.compute_first)."""
+        pairs = self.plan.computed.get(original, ())
+        assigns: List[cst.BaseStatement] = [
+            cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], self.values[value])])  # type: ignore[arg-type]
+            for value, name in pairs if value in self.values
+        ]
+        if assigns:
+            assigns[0] = assigns[0].with_changes(leading_lines=getattr(result, "leading_lines", ()))
+        return assigns
+
+    def _index_of(self, body: List[cst.CSTNode], node: Optional[cst.CSTNode]) -> Optional[int]:
+        """Where `node` is in `body`: itself, or inside the `if` a guard put it in."""
+        if node is None:
+            return None
+        holder = self.guarded_in.get(node)
+        return next((index for index, statement in enumerate(body) if statement is node or statement is holder), None)
 
     def _merge_guards(self, block):
         body = list(block.body)
@@ -139,14 +177,16 @@ class _Applier(cst.CSTTransformer):
             while index < len(body) and self.guarded.get(body[index]) == condition and not _has_comment(body[index]):
                 run.append(body[index])
                 index += 1
-            merged.append(_if_block(condition, [_shift_continuations(s, self.indent) for s in run]))
+            guarded = _if_block(condition, [_shift_continuations(s, self.indent) for s in run])
+            self.guarded_in.update((statement, guarded) for statement in run)
+            merged.append(guarded)
         return block.with_changes(body=merged)
 
     def _hoist(self, module: cst.Module) -> cst.Module:
         for guard, first in self.plan.hoists.items():
             body = list(module.body)
-            at_guard = _index_of(body, self.produced.get(guard))
-            start = _index_of(body, self.produced.get(first))
+            at_guard = self._index_of(body, self.produced.get(guard))
+            start = self._index_of(body, self.produced.get(first))
             if at_guard is None or start is None or start > at_guard:
                 continue  # an edit replaced one of them: the set-up stays at module level, as for a flat script
             inserted = self.plan.before.get(first, [])
@@ -184,7 +224,12 @@ class _Applier(cst.CSTTransformer):
     def _wrap_tail(self, original: cst.CSTNode, updated):
         first, final = self.plan.wrap_tail[original]
         body = list(updated.body)
-        start = next(i for i, s in enumerate(body) if s is self.produced[first])
+        start = self._index_of(body, self.produced[first])
+        if start is None:  # an edit replaced the statement: say so, rather than lose the teardown
+            raise ValueError("the first statement of the try/finally was replaced by another edit")
+        computed = self.computations.get(first, [])
+        while start > 0 and any(body[start - 1] is statement for statement in computed):
+            start -= 1  # what the statement computes first is part of it
         tail = [_shift_continuations(_unindent_blank_lines(s), self.indent) for s in body[start:]]
         # A comment above the first wrapped statement stays above the `try:`.
         leading = tail[0].leading_lines
@@ -197,14 +242,6 @@ class _Applier(cst.CSTTransformer):
         return updated.with_changes(body=[*body[:start], wrapped])
 
 
-def _index_of(body: List[cst.CSTNode], node: Optional[cst.CSTNode]) -> Optional[int]:
-    """Where `node` is in `body`: itself, or inside the `if` a guard put it in."""
-    if node is None:
-        return None
-    for index, statement in enumerate(body):
-        if statement is node or isinstance(statement, cst.If) and any(s is node for s in getattr(statement.body, "body", ())):
-            return index
-    return None
 
 
 def _one_blank_line(statement):
@@ -269,6 +306,7 @@ def _if_block(condition: str, statements: List[cst.BaseStatement]) -> cst.If:
 def _paths_to_edits(plan: Plan, parents: Mapping[cst.CSTNode, cst.CSTNode]) -> Set[cst.CSTNode]:
     """Every edited node and all its ancestors."""
     targets = [*plan.replacements, *plan.before, *plan.after, *plan.wrap_tail, *plan.guards, *plan.wrap_with,
+               *(value for pairs in plan.computed.values() for value, _ in pairs),
                *(node for ranges in plan.wrap_with.values() for first, last, _, source in ranges for node in (first, last, source))]
     paths: Set[cst.CSTNode] = set()
     for node in targets:

@@ -234,6 +234,8 @@ class ScriptFacts:
     loaders: Tuple[LoaderFact, ...]
     saves: Tuple[SaveSite, ...]
     log_statements: Tuple[Statement, ...]  # per-step/epoch prints and logs
+    # prints to show once whose arguments run the model on every rank: (print, the calls to run first)
+    hoisted_prints: Tuple[Tuple[Statement, Tuple[cst.Call, ...]], ...]
     reads_after_write: Tuple[Statement, ...]  # loads of a checkpoint written earlier: barrier first
     progress_bars: Tuple[cst.Call, ...]  # tqdm(...) without disable=
     local_rank_arguments: Tuple[cst.Call, ...]  # parser.add_argument("--local_rank", ...)
@@ -266,6 +268,8 @@ class ScriptFacts:
     # Calls of the script that train through a module migrated with it (`Solver(loader, config)`,
     # FileContext.trains_through): the script trains, though it builds no model itself.
     trained_elsewhere: Tuple[cst.Call, ...] = ()
+    # `penalty.backward()` of a gradient penalty alone (dataflow.penalty): DDP cannot train it
+    penalty_backwards: Tuple[cst.Call, ...] = ()
 
     def line_col(self, node: cst.CSTNode) -> Tuple[int, int]:
         """1-based line and column, as editors and linters show them."""

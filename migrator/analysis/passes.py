@@ -214,6 +214,8 @@ class _Analysis:
                 if not any(arg.keyword is not None and arg.keyword.value == "disable" for arg in call.args)
             ),
             log_statements=flow.print_statements(loaders),
+            hoisted_prints=flow.hoisted_prints(loaders),
+            penalty_backwards=flow.penalty_backwards() if wrapped else (),
             model_uses=uses,
             bare_unwraps=flow.bare_unwraps(uses),
             directory_creations=self.directory_creations(),

@@ -11,15 +11,17 @@ Layout, one concern per module:
   epochs.py   EpochFlow: epoch loops, set_epoch hooks, gradient accumulation
   saves.py    SaveFlow: checkpoint writes, per-step prints and logs, rank checks and barriers
   models.py   ModelFlow: uses and reassignments of a model after it is wrapped
+  penalty.py  PenaltyFlow: backward passes of a gradient penalty alone (WGAN-GP as an update of its own)
 """
 from migrator.dataflow.core import EpochHook, LoaderFact, ModelUse, SaveSite, Statement, code_of
 from migrator.dataflow.epochs import EpochFlow
 from migrator.dataflow.loaders import LoaderFlow
 from migrator.dataflow.models import ModelFlow
+from migrator.dataflow.penalty import PenaltyFlow
 from migrator.dataflow.saves import SaveFlow
 
 
-class Flow(LoaderFlow, SaveFlow, ModelFlow):
+class Flow(LoaderFlow, SaveFlow, ModelFlow, PenaltyFlow):
     """The flow facts of one script: loaders (with their epochs), saves and model uses."""
 
 
@@ -31,6 +33,7 @@ __all__ = [
     "LoaderFlow",
     "ModelFlow",
     "ModelUse",
+    "PenaltyFlow",
     "SaveFlow",
     "SaveSite",
     "Statement",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import builtins
 import re
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -15,6 +15,8 @@ from migrator.tree import class_constructors, class_methods, descendants
 
 class SaveFlow(FlowBase):
     """Checkpoint writes, per-step prints, reads after a write, rank-divergent checks."""
+
+    _logged_cache: Optional[List[Tuple[Statement, bool]]] = None  # _logged(), computed once
 
     def saves(self) -> Tuple[SaveSite, ...]:
         sites = []
@@ -152,6 +154,49 @@ class SaveFlow(FlowBase):
     def print_statements(self, loaders: Tuple[LoaderFact, ...]) -> Tuple[Statement, ...]:
         """Prints and logs to show once: per step and per epoch (inside epoch loops and loops over
         loaders, and in the functions that run them), and the one-off ones of the entry point."""
+        return tuple(statement for statement, shared in self._logged(loaders) if not shared)
+
+    def hoisted_prints(self, loaders: Tuple[LoaderFact, ...]) -> Tuple[Tuple[Statement, Tuple[cst.Call, ...]], ...]:
+        """Prints to show once whose arguments run what every rank must run (`print("accuracy",
+        test(model, val_loader))`: the model's forward): those calls, to compute before the print on
+        every rank. A print whose shared call runs lazily or conditionally (in a lambda, a
+        comprehension, `a if c else b`, `a or b`) stays as it is, on every rank."""
+        found = []
+        for statement, shared in self._logged(loaders):
+            values = self.shared_values(statement) if shared else None
+            if values:
+                found.append((statement, values))
+        return tuple(found)
+
+    def shared_values(self, statement: Statement) -> Optional[Tuple[cst.Call, ...]]:
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+                and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.Call)):
+            return None
+        printed = statement.body[0].value
+        values: List[cst.Call] = []
+        for call in descendants(printed, cst.Call):
+            if call is printed or any(self.a.is_inside(call, value) for value in values):
+                continue
+            if not self.runs_shared_code(call):
+                continue
+            if any(isinstance(anc, _LAZY) for anc in self._between(call, statement)):
+                return None
+            values.append(call)
+        return tuple(values) or None
+
+    def _between(self, node: cst.CSTNode, top: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        for ancestor in self.a.ancestors(node):
+            if ancestor is top:
+                return
+            yield ancestor
+
+    def _logged(self, loaders: Tuple[LoaderFact, ...]) -> List[Tuple[Statement, bool]]:
+        """The prints and logs to show once, each with whether it runs shared code."""
+        if self._logged_cache is None:
+            self._logged_cache = self._find_logged(loaders)
+        return self._logged_cache
+
+    def _find_logged(self, loaders: Tuple[LoaderFact, ...]) -> List[Tuple[Statement, bool]]:
         loops: Set[cst.CSTNode] = {loop for loop in self.c.loops if self.trains(loop)}
         for loader in loaders:
             loops.update(h.loop for h in loader.hooks)
@@ -165,24 +210,23 @@ class SaveFlow(FlowBase):
         log_helpers = {fn for fn in self.c.functions if _only_logs(fn) and fn.name.value in called}
         found = []
         for statement in [*self.c.log_statements, *self.log_helper_calls()]:
-            if self.under_rank_check(statement) or self.runs_shared_code(statement):
-                continue
-            if self.a.enclosing_function(statement) in log_helpers:
+            if self.under_rank_check(statement) or self.a.enclosing_function(statement) in log_helpers:
                 continue
             if (
                 any(self.a.is_inside(statement, loop) for loop in loops)
                 or self.in_loader_function(statement, loaders)
                 or any(fn in per_epoch for fn in self.a.ancestors(statement))
             ):
-                found.append(statement)
+                found.append((statement, self.runs_shared_code(statement)))
             elif self.entry_scope is not None and self.a.scope_of(statement) in (self.entry_scope, self.a.module) and not _per_rank(statement):
                 # One-off messages where training runs ("Resuming from ...", "Using device cuda", the
                 # final score) and at module level (run at import, in every worker): once, not once
                 # per rank. Before the setup (or after its teardown) torchrun's RANK says who is rank 0.
-                found.append(statement)
+                found.append((statement, self.runs_shared_code(statement)))
             elif self.set_up_by_caller and self.a.scope_of(statement) is not self.a.module and not _per_rank(statement):
-                found.append(statement)  # `print_network(G)` called once by the script: once, not once per rank
-        return tuple(found)
+                # `print_network(G)` called once by the script: once, not once per rank
+                found.append((statement, self.runs_shared_code(statement)))
+        return found
 
     def called_in(self, loops: Set[cst.CSTNode]) -> Set[cst.CSTNode]:
         """The file's functions a training loop calls by name (`train_iter(epoch, model, ...)`, a
@@ -342,6 +386,10 @@ _CHECKPOINT_HELPER = re.compile(r"^save_(checkpoint|model|network|net|ckpt|weigh
 def _bare_call(statement: cst.SimpleStatementLine, call: cst.Call) -> bool:
     """Is `call` the whole statement (`save_checkpoint(state, is_best)`), its result unused?"""
     return len(statement.body) == 1 and isinstance(statement.body[0], cst.Expr) and statement.body[0].value is call
+
+
+# Where a call runs later, or only sometimes: it cannot be computed ahead of the print.
+_LAZY = (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.IfExp, cst.BooleanOperation)
 
 
 def _per_rank(statement: cst.CSTNode) -> bool:

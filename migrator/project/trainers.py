@@ -135,7 +135,9 @@ def _together(module: ProjectFile, scripts, files: Sequence[ProjectFile], graph:
     except Exception:  # noqa: BLE001 - a module the engine cannot migrate this way stays as it was
         return _declined(f"{shown} builds and trains its models, but migrating it with this script failed")
     if not any(c.code == WRAP for c in made.changes) or NO_ENTRY_POINT in {d.code for d in made.diagnostics}:
-        return _declined(f"{shown} builds and trains its models, but they could not be wrapped in DDP there")
+        why = next((f" ({shown}:{d.line} {d.code}: {d.message})" for d in made.diagnostics
+                    if d.code not in (NO_ENTRY_POINT, MODULE_NEEDS_MIGRATION.code)), "")
+        return _declined(f"{shown} builds and trains its models, but they could not be wrapped in DDP there{why}")
     outcome = [(module, made)]
     for script, names in scripts:
         try:

@@ -143,7 +143,9 @@ def main():
         # eval() and train() switch modes (dropout, batch norm); they move nothing.
         model.eval()
         with torch.no_grad():
-            print(epoch, model(torch.randn(8, 4, device=device)).mean().item())
+            model_result = model(torch.randn(8, 4, device=device)).mean().item()
+            if dist.get_rank() == 0:
+                print(epoch, model_result)
 
 
 if __name__ == "__main__":

@@ -113,6 +113,7 @@ def needs_setup(facts: ScriptFacts) -> bool:
         and not facts.already_distributed
         and not facts.unrewritable_dataparallel
         and not facts.moved_after_wrap
+        and not facts.penalty_backwards
     )
 
 

@@ -117,14 +117,92 @@ LOGGING = Rule(
     what="""
 Guards `print(...)`/`logger.info(...)`/`writer.add_scalar(...)` statements in epoch loops and in
 the functions that loop over loaders with `if dist.get_rank() == 0:`, and gives tqdm progress bars
-`disable=dist.get_rank() != 0` (the loop itself must still run on every rank). Prints whose arguments run a collective stay
-unguarded (every rank must take part).""",
+`disable=dist.get_rank() != 0` (the loop itself must still run on every rank). A print whose
+arguments run the model or a collective (`print("accuracy", test(model, loader))`) has those calls
+computed first, on every rank, into a name of their own (`test_result = test(model, loader)`), and
+rank 0 prints it; one whose shared call runs lazily or only sometimes (in a lambda, a
+comprehension, `a if c else b`) stays unguarded (every rank must take part).""",
     why="N ranks print N interleaved copies of every line, and the log stops being readable.",
     fix="Wrap the print in `if dist.get_rank() == 0:`.",
     fix_safety="Safe; rank 0's numbers describe its own shard until metrics are all-reduced (see the summary).",
     requires=('DDP001',),
     fixable=True,
     examples=(
+        Example(
+            id="score-printed-from-the-call",
+            before='''import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def test(model, loader):
+    with torch.no_grad():
+        return sum(torch.nn.functional.mse_loss(model(x), y).item() for x, y in loader)
+
+
+def main():
+    data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        print("epoch", epoch, "loss", test(model, loader))
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+from torch.utils.data import DataLoader, TensorDataset
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data.distributed import DistributedSampler
+
+
+def test(model, loader):
+    with torch.no_grad():
+        return sum(torch.nn.functional.mse_loss(model(x), y).item() for x, y in loader)
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+    data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    sampler = DistributedSampler(data, shuffle=True)
+    loader = DataLoader(data, batch_size=8, sampler=sampler)
+    model = torch.nn.Linear(4, 1)
+    model = DDP(model, device_ids=None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        test_result = test(model, loader)
+        if dist.get_rank() == 0:
+            print("epoch", epoch, "loss", test_result)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+        ),
         Example(
             id="epoch-print",
             before='''import torch
@@ -284,6 +362,10 @@ def plan_logging(facts: ScriptFacts, plan: Plan) -> None:
         plan.guard(statement, condition(facts) if facts.after_setup(statement) else ENV_RANK_ZERO)
         line, col = facts.line_col(statement)
         plan.changes.append(Change(LOGGING.code, line, col, "progress printed on rank 0 only"))
+    for statement, values in facts.hoisted_prints:
+        if statement in plan.guards or facts.owner_of(statement) in guarded_helpers:
+            continue
+        _print_computed_first(facts, plan, statement, values)
     for call in facts.progress_bars:
         if not facts.after_setup(call):
             continue
@@ -291,3 +373,37 @@ def plan_logging(facts: ScriptFacts, plan: Plan) -> None:
         plan.replace(call, lambda c, disable=disable: _build.with_keyword(c, "disable", disable))
         line, col = facts.line_col(call)
         plan.changes.append(Change(LOGGING.code, line, col, "progress bar shown on rank 0 only"))
+
+
+def _print_computed_first(facts: ScriptFacts, plan: Plan, statement, values) -> None:
+    """`print("accuracy", test(model, val_loader))`: every rank runs `test` (its forward passes
+    are collectives under DDP), into a name of its own; rank 0 prints it."""
+    taken = set(facts.local_names.get(facts.owner_of(statement), ())) | set(facts.local_names.get(facts.module, ()))
+    shown = []
+    for value in values:
+        name = _fresh_name(_result_name(value), taken)
+        taken.add(name)
+        plan.compute_first(statement, value, name)
+        shown.append(f"`{name}`")
+    plan.guard(statement, condition(facts) if facts.after_setup(statement) else ENV_RANK_ZERO)
+    line, col = facts.line_col(statement)
+    plan.changes.append(Change(LOGGING.code, line, col, (
+        f"progress printed on rank 0 only; what it shows is computed first, on every rank ({', '.join(shown)})")))
+
+
+def _result_name(call: cst.Call) -> str:
+    """`test(model, loader)` -> "test_result", `self.evaluate(x)` -> "evaluate_result",
+    `model(x).mean().item()` -> "model_result" (named by the call the chain starts with)."""
+    while isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Call):
+        call = call.func.value
+    func = call.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else "value"
+    snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in name).strip("_")  # `Solver` -> "solver"
+    return f"{snake or 'value'}_result"
+
+
+def _fresh_name(name: str, taken) -> str:
+    candidate, number = name, 2
+    while candidate in taken:
+        candidate, number = f"{name}_{number}", number + 1
+    return candidate

@@ -154,7 +154,8 @@ def main():
     model = DDP(model, device_ids=None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loss, accuracy = evaluate(model, val_loader)
-    if dist.get_rank() == 0:
+    is_main = dist.get_rank() == 0
+    if is_main:
         with open("metrics.json", "w") as f:
             json.dump({"loss": loss, "accuracy": accuracy}, f)
     for epoch in range(1):
@@ -164,7 +165,9 @@ def main():
             optimizer.zero_grad()
             F.cross_entropy(model(x), y).backward()
             optimizer.step()
-    print("after training:", evaluate(model, val_loader))
+    evaluate_result = evaluate(model, val_loader)
+    if is_main:
+        print("after training:", evaluate_result)
 
 
 if __name__ == "__main__":
