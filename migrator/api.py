@@ -77,7 +77,7 @@ def _migrate(source: str, options: Options, rewrite: bool = True, context: Optio
     for _, reporter in REPORTERS:
         reporter(facts, plan)  # what it reports is filtered by code below, like every diagnostic
     diagnostics = tuple(d for d in plan.diagnostics if options.enabled(d.code) and (scope is None or d.code in scope))
-    diagnostics += _library_hint(source, facts, diagnostics, options, (module, facts.positions) if not renamed else None)
+    diagnostics += _library_hint(source, facts, diagnostics, options, (module, facts.positions) if not renamed else None, context)
     test_module = context is not None and context.is_test_module
     trains = (facts.trains or facts.already_distributed) and not test_module
     launch_args = facts.required_arguments if trains else None
@@ -104,9 +104,11 @@ def _migrate(source: str, options: Options, rewrite: bool = True, context: Optio
                   distributed=distributed)
 
 
-def _library_hint(source: str, facts, diagnostics, options: Options, parsed) -> tuple:
+def _library_hint(source: str, facts, diagnostics, options: Options, parsed, context: Optional[FileContext] = None) -> tuple:
     """A training module with no entry point of its own is declined; DDP140 says how project mode
-    migrates it with its caller, and what it would change (migrator.project.hints)."""
+    migrates it with its caller, and what it would change (migrator.project.hints). For a module
+    that builds its models itself, that is the engine's own migration with the script setting up
+    the process group (FileContext.set_up_by, migrator.project.trainers)."""
     if facts.entry is not None or facts.has_main_guard or facts.already_distributed:
         return ()  # a script (a main guard) builds its own model: its decline says what to do
     from migrator.project.hints import LIBRARY_DECLINES, library_hint
@@ -115,7 +117,12 @@ def _library_hint(source: str, facts, diagnostics, options: Options, parsed) -> 
     if is_script(facts.module):
         return ()  # module-level training loop: a flat script, not a module its caller trains through
 
-    hint = library_hint(source, [d for d in diagnostics if d.code in LIBRARY_DECLINES], options, parsed)
+    declines = [d for d in diagnostics if d.code in LIBRARY_DECLINES]
+    with_its_script = None
+    if facts.models and (context is None or context.set_up_by is None):
+        told = (context or FileContext())._replace(set_up_by="the script that uses it")
+        with_its_script = functools.partial(_migrate, source, options, rewrite=False, context=told, first_look=False)
+    hint = library_hint(source, declines, options, parsed, with_its_script)
     return (hint,) if hint is not None else ()
 
 

@@ -117,9 +117,9 @@ def test_every_script_that_builds_the_module_s_class_is_set_up(tmp_path):
 
 
 def test_an_importer_that_cannot_be_set_up_declines_the_pair(tmp_path):
-    """report.py (no entry point of its own) builds a Solver: with DDP models in it and no process
-    group, it would break; nothing is changed, and the script says why."""
-    report = "from solver import Solver\n\n\ndef describe():\n    return repr(Solver(None).model)\n"
+    """report.py builds a Solver when it is imported, before any setup could run: with DDP models
+    in it and no process group, it would break; nothing is changed, and the script says why."""
+    report = "from solver import Solver\n\nMODEL = Solver(None).model\n\nif __name__ == '__main__':\n    print(MODEL)\n"
     root = _tree(tmp_path, {"main.py": MAIN, "solver.py": SOLVER, "loaders.py": LOADERS, "report.py": report})
     before = {name: (root / name).read_text() for name in ("main.py", "solver.py", "report.py")}
     result, files = _run("--in-place", str(root))
@@ -136,3 +136,19 @@ def test_the_script_alone_stays_as_it_is_and_names_what_the_module_needs(tmp_pat
     assert any(m.startswith("left unchanged: this script trains through solver.py") for m in messages), messages
     assert any(m.startswith("solver.py:") and "DDP003" in m for m in messages), messages
     assert any(m.startswith("loaders.py:") and "DDP030" in m for m in messages), messages
+
+
+def test_a_module_that_subclasses_the_class_is_no_script_to_set_up(tmp_path):
+    subclass = "from solver import Solver\n\n\nclass FastSolver(Solver):\n    pass\n"
+    root = _tree(tmp_path, {"main.py": MAIN, "solver.py": SOLVER, "loaders.py": LOADERS, "fast.py": subclass})
+    result, files = _run("--in-place", str(root))
+    assert "init_process_group" in (root / "main.py").read_text()
+    assert (root / "fast.py").read_text() == subclass and not files["fast.py"]["findings"]
+
+
+def test_the_module_alone_says_what_migrating_it_with_its_script_changes(tmp_path):
+    root = _tree(tmp_path, {"solver.py": SOLVER})
+    result, files = _run("--check", str(root / "solver.py"))
+    hints = [f["message"] for f in files["solver.py"]["findings"] if f["code"] == "DDP140"]
+    assert len(hints) == 1 and hints[0].startswith("this module builds and trains its models"), hints
+    assert "DDP003: self.model wrapped in DistributedDataParallel" in hints[0]

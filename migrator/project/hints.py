@@ -8,7 +8,7 @@ never a silent decline.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -16,19 +16,26 @@ from migrator.analysis.facts import LazyPositions
 from migrator.options import Options
 from migrator.project.rewrite import ModuleRole, migrate_module
 from migrator.project.rules import MODULE_NEEDS_MIGRATION
-from migrator.types import Diagnostic
+from migrator.types import Diagnostic, Result
 
 # The declines of a module whose model comes from a caller elsewhere.
 LIBRARY_DECLINES = frozenset({"DDP101", "DDP104", "DDP114"})
+NO_ENTRY_POINT = "DDP101"  # of those, the one of a module that builds the models it trains
 _MAX_LISTED = 6
 
 
 def library_hint(
-    source: str, declines: Sequence[Diagnostic], options: Options, parsed: Optional[Tuple[cst.Module, LazyPositions]] = None
+    source: str, declines: Sequence[Diagnostic], options: Options, parsed: Optional[Tuple[cst.Module, LazyPositions]] = None,
+    with_its_script: Optional[Callable[[], Result]] = None,
 ) -> Optional[Diagnostic]:
-    """DDP140 at the first decline: run project mode; what it would change here."""
+    """DDP140 at the first decline: run project mode; what it would change here. `with_its_script`:
+    the engine's verdict on this module with its script setting up the process group, for a
+    module that builds the models it trains (DDP101): project mode migrates the two together."""
     if not options.enabled(MODULE_NEEDS_MIGRATION.code, MODULE_NEEDS_MIGRATION.name) or not declines:
         return None
+    first = min(declines, key=lambda d: (d.line, d.col))
+    if with_its_script is not None and first.code == NO_ENTRY_POINT:
+        return _builds_its_models(first, with_its_script)
     try:
         needs = migrate_module(source, ModuleRole(("the script that calls it",)), options, rewrite=False, parsed=parsed)
     except Exception:  # noqa: BLE001 - a hint is never worth a failure
@@ -38,7 +45,6 @@ def library_hint(
     parts = [f"here it would change: {changes}" if changes else "nothing in this module itself needs a rewrite"]
     if by_hand:
         parts.append(f"by hand: {by_hand}")
-    first = min(declines, key=lambda d: (d.line, d.col))
     message = (
         "the model this module trains comes from a caller in another module, so the file alone cannot be migrated: "
         "run ddp-migrate on the project's folder (or name the calling script too), and project mode migrates this "
@@ -50,3 +56,19 @@ def library_hint(
 def _listed(items: Sequence[str]) -> str:
     shown = "; ".join(items[:_MAX_LISTED])
     return shown + (f"; and {len(items) - _MAX_LISTED} more" if len(items) > _MAX_LISTED else "")
+
+
+def _builds_its_models(first: Diagnostic, with_its_script: Callable[[], Result]) -> Optional[Diagnostic]:
+    try:
+        made = with_its_script()
+    except Exception:  # noqa: BLE001 - a hint is never worth a failure
+        return None
+    if not made.changes:
+        return None
+    changes = _listed([f"line {c.line} {c.code}: {c.message}" for c in made.changes])
+    message = (
+        "this module builds and trains its models, but nothing here sets up the process group, so the file alone "
+        "cannot be migrated: run ddp-migrate on the project's folder (or name the script that uses it too), and "
+        f"project mode migrates the two together; here it would change: {changes}"
+    )
+    return Diagnostic(MODULE_NEEDS_MIGRATION.code, first.line, first.col, message)

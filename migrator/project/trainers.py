@@ -60,8 +60,8 @@ def migrate_together(
     modules = {f.path: f for f in files if NO_ENTRY_POINT in _codes(f) and not f.distributed}
     callers: Dict[str, List[Tuple[ProjectFile, Tuple[str, ...]]]] = {}
     for script in files:
-        if script.distributed or script.changes or script.path in modules:
-            continue  # migrated, distributed, or a module of its own kind: not a script to set up
+        if script.distributed or script.changes or script.path in modules or not _runs(script):
+            continue  # migrated, distributed, a module of its own kind, or no script: nothing to set up
         for module in graph.imports(script.path):
             names = graph.imported_names(script.path, module)
             if names and (module in modules or NOT_MIGRATED in _codes(script) and _trains_unset(module, graph, engine, modules)):
@@ -126,7 +126,7 @@ def _together(module: ProjectFile, scripts, files: Sequence[ProjectFile], graph:
     """[(file, its new result)] for the module and its scripts, or the Diagnostic saying why not."""
     shown = os.path.basename(module.path)
     others = [f for f in files if f.path != module.path and f not in [s for s, _ in scripts]
-              and not f.distributed and module.path in graph.imports(f.path)]
+              and not f.distributed and _runs(f) and module.path in graph.imports(f.path)]
     if others:
         return _declined(f"{shown} builds and trains its models, but {relative(others[0].path, module.path)} imports it "
                          "too and sets up no process group: the DDP models would run without one there")
@@ -149,6 +149,13 @@ def _together(module: ProjectFile, scripts, files: Sequence[ProjectFile], graph:
                              f"before {relative(script.path, module.path)} calls {', '.join(names)} was found")
         outcome.append((script, result))
     return outcome
+
+
+def _runs(file: ProjectFile) -> bool:
+    """A script, by its text: a main guard, or the engine's word that it trains through something
+    built elsewhere. A module that subclasses the class (`class SinCUT(CUTModel)`) is none; the
+    engine, run on a candidate, decides the rest."""
+    return "__main__" in file.text or NOT_MIGRATED in _codes(file)
 
 
 def _declined(why: str) -> Diagnostic:
