@@ -152,3 +152,17 @@ def test_the_module_alone_says_what_migrating_it_with_its_script_changes(tmp_pat
     hints = [f["message"] for f in files["solver.py"]["findings"] if f["code"] == "DDP140"]
     assert len(hints) == 1 and hints[0].startswith("this module builds and trains its models"), hints
     assert "DDP003: self.model wrapped in DistributedDataParallel" in hints[0]
+
+
+def test_a_module_no_script_builds_by_name_says_so_in_project_mode(tmp_path):
+    """main.py gets its Solver from a factory that picks the class at run time: nothing is
+    migrated, the module says why (not "run project mode"), and the script reports its training."""
+    registry = ("import importlib\n\n\ndef create(name, loader):\n"
+                "    return getattr(importlib.import_module(name), 'Solver')(loader)\n")
+    main = MAIN.replace("from solver import Solver\n", "from registry import create\n").replace(
+        "Solver(make_loader()).train()", "create('solver', make_loader()).train()")
+    root = _tree(tmp_path, {"main.py": main, "solver.py": SOLVER, "loaders.py": LOADERS, "registry.py": registry})
+    result, files = _run("--check", str(root))
+    solver = [f["message"] for f in files["solver.py"]["findings"] if f["code"] == "DDP140"]
+    assert len(solver) == 1 and "no script among the files given builds its classes by name" in solver[0], solver
+    assert any(f["code"] == "DDP114" for f in files["main.py"]["findings"])

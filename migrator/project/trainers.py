@@ -84,7 +84,23 @@ def migrate_together(
                 updates[file.path] = Update(result.code if rewrite else None, result.changes, result.diagnostics, replaces=True)
             elif file is not module:
                 needs[file.path] = _module_needs(file, module, outcome[0][1], graph)
+    scripts_given = any(_runs(f) for f in files if f.path not in modules)  # else: its hint says to give them
+    for path, module in modules.items():
+        if scripts_given and path not in callers and graph.walked(path):
+            updates[path] = _no_script(module)
     return Together([replaced.get(f.path, f) for f in files], updates, frozenset(callers), needs)
+
+
+def _no_script(module: ProjectFile) -> Update:
+    """A module that builds and trains its models, with no script among the files given that
+    builds its classes by name: its per-file hint ("project mode migrates the two together") is
+    answered with what project mode found."""
+    first = min((d for d in module.diagnostics if d.code == NO_ENTRY_POINT), key=lambda d: (d.line, d.col))
+    message = ("left unchanged: this module builds and trains its models, but no script among the files given "
+               "builds its classes by name (a factory that chooses the class at run time, by importlib or a registry, "
+               "is not followed): set up the process group in the script and wrap the models here by hand")
+    return Update(None, diagnostics=(Diagnostic(MODULE_NEEDS_MIGRATION.code, first.line, first.col, message),),
+                  dropped=frozenset({MODULE_NEEDS_MIGRATION.code}))
 
 
 def _trains_unset(path: str, graph: ProjectGraph, engine: Engine, modules: Dict[str, ProjectFile]) -> bool:

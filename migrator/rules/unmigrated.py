@@ -158,7 +158,8 @@ _SETUP = "DDP001"  # with the process-group setup off, nothing can be migrated, 
 
 # Method calls that run training in an object built elsewhere (`trainer.train()`, `agent.learn(m)`).
 TRAINING_METHODS = frozenset(
-    {"train", "fit", "learn", "update", "train_epoch", "train_one_epoch", "training", "train_step", "optimize"}
+    {"train", "fit", "learn", "update", "train_epoch", "train_one_epoch", "training", "train_step", "optimize",
+     "optimize_parameters"}  # the last: pix2pix's BaseModel, and the GAN frameworks built on it
 )
 # Imports of code that distributes training itself: such a file is already distributed.
 @dataclass(frozen=True)
