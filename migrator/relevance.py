@@ -21,9 +21,6 @@ WITH_TORCH = ("optim", "DataParallel", "backward", ".train(", ".learn(", ".fit("
 # model to a project module that trains it (migrator.analysis.project_training).
 _IMPORTED_TRAINING = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t][^\n]*\b(?:train|fit)\w*", re.M | re.I)
 
-# Launcher files (shell, Make, YAML, ...) are candidates when they mention the launcher modules.
-LAUNCHER = "torch.distributed"
-
 
 def python_may_need_migration(text: str) -> bool:
     if any(word in text for word in ALWAYS):
@@ -193,6 +190,3 @@ def has_distributed_findings_shape(text: str, saves_with_torch: bool) -> bool:
         return True
     return _RANK_CHECK.search(text) is not None and _COLLECTIVE_CALL.search(text) is not None
 
-
-def launcher_may_need_migration(text: str) -> bool:
-    return LAUNCHER in text

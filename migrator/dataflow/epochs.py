@@ -108,9 +108,6 @@ class EpochFlow(FlowBase):
                 return anc
         return None
 
-    def while_loop_around(self, node: cst.CSTNode) -> Optional[cst.While]:
-        return next((anc for anc in self.a.ancestors(node) if isinstance(anc, cst.While)), None)
-
     def accumulation_steps(self) -> List[cst.CSTNode]:
         """`if (step + 1) % accum == 0: optimizer.step()` inside a training loop."""
         found = []
