@@ -55,17 +55,11 @@ class Together:
 def migrate_together(
     files: Sequence[ProjectFile], graph: ProjectGraph, engine: Optional[Engine], rewrite: bool,
 ) -> Together:
+    """Each module that builds and trains its models (DDP101), with the scripts that import it."""
     if engine is None:
         return Together(list(files), {})
     modules = {f.path: f for f in files if NO_ENTRY_POINT in _codes(f) and not f.distributed}
-    callers: Dict[str, List[Tuple[ProjectFile, Tuple[str, ...]]]] = {}
-    for script in files:
-        if script.distributed or script.changes or script.path in modules or not _runs(script):
-            continue  # migrated, distributed, a module of its own kind, or no script: nothing to set up
-        for module in graph.imports(script.path):
-            names = graph.imported_names(script.path, module)
-            if names and (module in modules or NOT_MIGRATED in _codes(script) and _trains_unset(module, graph, engine, modules)):
-                callers.setdefault(module, []).append((script, names))
+    callers = _callers(files, graph, engine, modules)
     replaced: Dict[str, ProjectFile] = {}
     updates: Dict[str, Update] = {}
     needs: Dict[str, Tuple[Diagnostic, ...]] = {}
@@ -89,6 +83,21 @@ def migrate_together(
         if scripts_given and path not in callers and graph.walked(path):
             updates[path] = _no_script(module)
     return Together([replaced.get(f.path, f) for f in files], updates, frozenset(callers), needs)
+
+
+def _callers(files: Sequence[ProjectFile], graph: ProjectGraph, engine: Engine,
+             modules: Dict[str, ProjectFile]) -> Dict[str, List[Tuple[ProjectFile, Tuple[str, ...]]]]:
+    """Module -> the scripts that import names from it, with those names. A module not given is
+    looked at (from disk) only for a script whose training the engine found and did not migrate."""
+    callers: Dict[str, List[Tuple[ProjectFile, Tuple[str, ...]]]] = {}
+    for script in files:
+        if script.distributed or script.changes or script.path in modules or not _runs(script):
+            continue  # migrated, distributed, a module of its own kind, or no script: nothing to set up
+        for module in graph.imports(script.path):
+            names = graph.imported_names(script.path, module)
+            if names and (module in modules or NOT_MIGRATED in _codes(script) and _trains_unset(module, graph, engine, modules)):
+                callers.setdefault(module, []).append((script, names))
+    return callers
 
 
 def _no_script(module: ProjectFile) -> Update:
