@@ -473,6 +473,23 @@ def test_a_run_ended_before_any_step_blames_the_run_not_the_sync(ended):
     assert "the run ended before any optimizer step (see run)" in _evidence(observed, "in_sync")
 
 
+def test_workers_that_joined_the_group_and_died_are_the_finding_not_an_error():
+    """The other ending of that shape: the workers die instead of hanging, their ranks raise
+    before any step and the run exits; the report still names the workers (exit 1, not 2)."""
+    def died(rank: int) -> dict:
+        record = _rank(rank)
+        record.update(optimizer_steps=0, loaders=[], stop=None,
+                      exception={"type": "RuntimeError", "message": "DataLoader worker (pid(s) 7) exited unexpectedly"})
+        return record
+    run = _run({0: died(0), 1: died(1)}, ended="exited", returncode=1, worker_inits=[
+        {"pid": 7, "parent_rank": "0", "where": "train.py:40", "module": "__mp_main__"}])
+    observed = _observed(run)
+    report = build(observed, {"total_s": 20.0}, ["torchrun"])
+    assert report.error is None and report.exit_status == 1
+    assert [row.name for row in report.failed] == ["run", "dataloader_workers"], [(r.name, r.evidence) for r in report.failed]
+    assert "DataLoader workers joined the process group (dataloader_workers) and died" in _evidence(observed, "run")
+
+
 DUMP = textwrap.dedent("""\
     Thread 0x00007f5488dff6c0 (most recent call first):
       File "/usr/lib/python3.11/threading.py", line 327 in wait

@@ -90,7 +90,9 @@ def build(observed: Observed, timings: Dict[str, float], command: List[str]) -> 
     plan = observed.plan
     report = Report(plan.script, command, plan.nproc, plan.device, plan.steps_per_epoch, plan.epochs,
                     ranks=rank_summaries(observed), timings=dict(timings))
-    if checks.failed_before_training(observed.run, plan.nproc):
+    # DataLoader workers that joined the process group make the ranks die before training, too
+    # (the worker's end raises in its rank): that is the checks' finding, not a bare error.
+    if checks.failed_before_training(observed.run, plan.nproc) and not observed.run.worker_inits:
         report.error = _error_line(observed.run)
         report.details = traceback_details(observed.run)
         return report

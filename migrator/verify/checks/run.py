@@ -70,7 +70,8 @@ def check_run(observed: Observed) -> Row:
         raised = failed_ranks(run)
         what = "; ".join(f"rank {rank} raised {exc.get('type')}: {first_line(exc.get('message'))}"
                          for rank, exc in raised) or "no rank raised a Python exception"
-        return row("run", FAIL, f"exit status {run.returncode}: {what} (the traceback's end is below)")
+        why = "DataLoader workers joined the process group (dataloader_workers) and died: " if run.worker_inits else ""
+        return row("run", FAIL, f"exit status {run.returncode}: {why}{what} (the traceback's end is below)")
     missing = missing_records(observed)
     if missing:
         return row("run", FAIL, f"no record from {rank_list(missing)}: it ended without Python's exit handlers "
