@@ -11,6 +11,7 @@ import libcst as cst
 
 from migrator.edits import Plan
 from migrator.errors import IntroducedSyntaxError
+from migrator.tree import descendants
 
 
 def with_imports(module: cst.Module, plan: Plan) -> cst.Module:
@@ -20,9 +21,10 @@ def with_imports(module: cst.Module, plan: Plan) -> cst.Module:
     from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 
     context = CodemodContext()
-    for mod, obj, asname in plan.imports:
+    wanted = [*plan.imports, *_read_in(module, plan.imports_if_used)]
+    for mod, obj, asname in wanted:
         AddImportsVisitor.add_needed_import(context, mod, obj, asname)
-    if plan.imports:
+    if wanted:
         module = _add_imports(module, AddImportsVisitor(context))
     if plan.unused_imports:
         for mod, obj, asname in plan.unused_imports:
@@ -30,6 +32,15 @@ def with_imports(module: cst.Module, plan: Plan) -> cst.Module:
         # Needs scope analysis of the whole file; only runs when a DataParallel import may be unused.
         module = RemoveImportsVisitor(context).transform_module(module)
     return module
+
+
+def _read_in(module: cst.Module, imports):
+    """Those of `imports` whose bound name the module reads (a walk of the new tree: only for the
+    few plans that have such imports)."""
+    if not imports:
+        return []
+    names = {node.value for node in descendants(module, cst.Name)}
+    return [(mod, obj, asname) for mod, obj, asname in imports if (asname or obj or mod.split(".")[0]) in names]
 
 
 def _add_imports(module: cst.Module, visitor: cst.CSTTransformer) -> cst.Module:

@@ -39,6 +39,8 @@ class Plan:
     # is inserted before it, definitions and imports aside) move to the top of the guard's body
     hoists: Dict[cst.CSTNode, cst.CSTNode] = field(default_factory=dict)
     imports: List[Tuple[str, Optional[str], Optional[str]]] = field(default_factory=list)  # module, obj, asname
+    # imports added only when the new code reads the name they bind (codegen.with_imports)
+    imports_if_used: List[Tuple[str, Optional[str], Optional[str]]] = field(default_factory=list)
     unused_imports: List[Tuple[str, str, Optional[str]]] = field(default_factory=list)
     changes: List[Change] = field(default_factory=list)
     diagnostics: List[Diagnostic] = field(default_factory=list)
@@ -83,6 +85,12 @@ class Plan:
     def need_import(self, module: str, obj: Optional[str] = None, asname: Optional[str] = None) -> None:
         if (module, obj, asname) not in self.imports:
             self.imports.append((module, obj, asname))
+
+    def need_import_if_used(self, module: str, obj: Optional[str] = None, asname: Optional[str] = None) -> None:
+        """`import torch.distributed as dist` for a module whose caller sets up the process group:
+        only when one of the edits wrote a rank check."""
+        if (module, obj, asname) not in self.imports_if_used:
+            self.imports_if_used.append((module, obj, asname))
 
     @property
     def empty(self) -> bool:

@@ -166,3 +166,11 @@ def test_a_module_no_script_builds_by_name_says_so_in_project_mode(tmp_path):
     solver = [f["message"] for f in files["solver.py"]["findings"] if f["code"] == "DDP140"]
     assert len(solver) == 1 and "no script among the files given builds its classes by name" in solver[0], solver
     assert any(f["code"] == "DDP114" for f in files["main.py"]["findings"])
+
+
+def test_a_module_with_no_rank_check_gets_no_unused_import(tmp_path):
+    quiet = "\n".join(line for line in SOLVER.splitlines() if "print(" not in line and "torch.save" not in line) + "\n"
+    path = _tree(tmp_path, {"solver.py": quiet}) / "solver.py"
+    told = migrate(quiet, context=FileContext.for_file(path, "solver.py")._replace(set_up_by="main.py"))
+    assert "self.model = DDP(self.model" in told.code
+    assert "torch.distributed" not in told.code and "dist." not in told.code

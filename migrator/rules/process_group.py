@@ -124,7 +124,7 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
         return
     if facts.entry.kind == "caller":  # the calling script sets the group up (project mode migrates them together)
         if facts.names.dist_import_needed:
-            plan.need_import("torch.distributed", asname="dist")  # for the rank checks the other rules write
+            plan.need_import_if_used("torch.distributed", asname="dist")  # for the rank checks the other rules write
         return
     names = facts.names
     setup = SETUP
