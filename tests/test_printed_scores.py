@@ -39,15 +39,15 @@ def _migrated(line: str) -> str:
 
 def test_the_call_runs_on_every_rank_and_rank_zero_prints_it():
     code = _migrated('print("epoch", epoch, "score", test(model, loader), f"({test(model, loader):.2f})")')
-    assert ('        test_result = test(model, loader)\n        test_result_2 = test(model, loader)\n'
+    assert ('        test_result = test(model, loader)\n        test_result2 = test(model, loader)\n'
             '        if dist.get_rank() == 0:\n'
-            '            print("epoch", epoch, "score", test_result, f"({test_result_2:.2f})")\n') in code
+            '            print("epoch", epoch, "score", test_result, f"({test_result2:.2f})")\n') in code
 
 
 def test_a_name_of_the_script_is_never_taken():
     script = SCRIPT.replace("    for epoch in range(2):", "    test_result = None\n    for epoch in range(2):")
     code = migrate(script.replace("{PRINT}", "print(test(model, loader))")).code
-    assert "        test_result_2 = test(model, loader)\n" in code and "print(test_result_2)" in code
+    assert "        test_result2 = test(model, loader)\n" in code and "print(test_result2)" in code
 
 
 @pytest.mark.parametrize("line", [

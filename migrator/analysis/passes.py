@@ -197,6 +197,7 @@ class _Analysis:
         self.rebound = {m_.expr: flow.reassignments(m_) for m_ in wrapped}
         uses = tuple(use for model in wrapped for use in flow.model_uses(model, model.wrap_after))
         saves = flow.saves()
+        logged = flow.logged_statements(loaders)
         return dict(
             loaders=loaders,
             saves=saves,
@@ -213,8 +214,8 @@ class _Analysis:
                 call for call in self.calls(N.PROGRESS_BARS)
                 if not any(arg.keyword is not None and arg.keyword.value == "disable" for arg in call.args)
             ),
-            log_statements=flow.print_statements(loaders),
-            hoisted_prints=flow.hoisted_prints(loaders),
+            log_statements=tuple(statement for statement, shared in logged if not shared),
+            hoisted_prints=flow.hoisted_prints(logged),
             penalty_backwards=flow.penalty_backwards() if wrapped else (),
             model_uses=uses,
             bare_unwraps=flow.bare_unwraps(uses),

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import builtins
+import itertools
 import re
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -15,8 +16,6 @@ from migrator.tree import class_constructors, class_methods, descendants
 
 class SaveFlow(FlowBase):
     """Checkpoint writes, per-step prints, reads after a write, rank-divergent checks."""
-
-    _logged_cache: Optional[List[Tuple[Statement, bool]]] = None  # _logged(), computed once
 
     def saves(self) -> Tuple[SaveSite, ...]:
         sites = []
@@ -151,52 +150,38 @@ class SaveFlow(FlowBase):
     def under_rank_check(self, node: cst.CSTNode) -> bool:
         return any(isinstance(anc, cst.If) and N.mentions_rank(anc.test) for anc in self.a.ancestors(node))
 
-    def print_statements(self, loaders: Tuple[LoaderFact, ...]) -> Tuple[Statement, ...]:
-        """Prints and logs to show once: per step and per epoch (inside epoch loops and loops over
-        loaders, and in the functions that run them), and the one-off ones of the entry point."""
-        return tuple(statement for statement, shared in self._logged(loaders) if not shared)
-
-    def hoisted_prints(self, loaders: Tuple[LoaderFact, ...]) -> Tuple[Tuple[Statement, Tuple[cst.Call, ...]], ...]:
-        """Prints to show once whose arguments run what every rank must run (`print("accuracy",
-        test(model, val_loader))`: the model's forward): those calls, to compute before the print on
-        every rank. A print whose shared call runs lazily or conditionally (in a lambda, a
-        comprehension, `a if c else b`, `a or b`) stays as it is, on every rank."""
+    def hoisted_prints(self, logged: List[Tuple[Statement, bool]]) -> Tuple[Tuple[Statement, Tuple[cst.Call, ...]], ...]:
+        """Of the `logged` statements, the prints whose arguments run what every rank must run
+        (`print("accuracy", test(model, val_loader))`: the model's forward), with those calls, to
+        compute before the print on every rank. A print whose shared call runs lazily or
+        conditionally (in a lambda, a comprehension, `a if c else b`, `a or b`) stays as it is."""
         found = []
-        for statement, shared in self._logged(loaders):
+        for statement, shared in logged:
             values = self.shared_values(statement) if shared else None
             if values:
                 found.append((statement, values))
         return tuple(found)
 
     def shared_values(self, statement: Statement) -> Optional[Tuple[cst.Call, ...]]:
-        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
-                and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.Call)):
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        printed = getattr(small, "value", None)
+        if not (isinstance(printed, cst.Call) and _bare_call(statement, printed)):  # type: ignore[arg-type]
             return None
-        printed = statement.body[0].value
         values: List[cst.Call] = []
         for call in descendants(printed, cst.Call):
             if call is printed or any(self.a.is_inside(call, value) for value in values):
                 continue
             if not self.runs_shared_code(call):
                 continue
-            if any(isinstance(anc, _LAZY) for anc in self._between(call, statement)):
+            if any(isinstance(anc, _LAZY) for anc in itertools.takewhile(lambda a: a is not statement, self.a.ancestors(call))):
                 return None
             values.append(call)
         return tuple(values) or None
 
-    def _between(self, node: cst.CSTNode, top: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        for ancestor in self.a.ancestors(node):
-            if ancestor is top:
-                return
-            yield ancestor
-
-    def _logged(self, loaders: Tuple[LoaderFact, ...]) -> List[Tuple[Statement, bool]]:
-        """The prints and logs to show once, each with whether it runs shared code."""
-        if self._logged_cache is None:
-            self._logged_cache = self._find_logged(loaders)
-        return self._logged_cache
-
-    def _find_logged(self, loaders: Tuple[LoaderFact, ...]) -> List[Tuple[Statement, bool]]:
+    def logged_statements(self, loaders: Tuple[LoaderFact, ...]) -> List[Tuple[Statement, bool]]:
+        """Prints and logs to show once: per step and per epoch (inside epoch loops and loops over
+        loaders, and in the functions that run them), and the one-off ones of the entry point;
+        each with whether it runs what every rank must run (runs_shared_code)."""
         loops: Set[cst.CSTNode] = {loop for loop in self.c.loops if self.trains(loop)}
         for loader in loaders:
             loops.update(h.loop for h in loader.hooks)

@@ -27,6 +27,11 @@ class ProjectFile:
     diagnostics: Tuple[Diagnostic, ...] = ()
     distributed: bool = False  # set up for several processes already (api's Result.distributed)
 
+    @property
+    def codes(self) -> FrozenSet[str]:
+        """The codes of what the engine reported on it."""
+        return frozenset(d.code for d in self.diagnostics)
+
 
 @dataclass(frozen=True)
 class Update:

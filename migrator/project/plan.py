@@ -96,7 +96,7 @@ def _planned_with_entries(files: Sequence[ProjectFile], graph: ProjectGraph, opt
                           **({"pieces": (MODULE_SET_EPOCH.code,)} if module in together else {}))
         current = by_path[module]
         update = _module_update(current, role, options, rewrite)
-        if update is not None and (update.changes or update.diagnostics or _ANSWERED & _codes(current)):
+        if update is not None and (update.changes or update.diagnostics or _ANSWERED & current.codes):
             updates[module] = update
             for entry in reaching:
                 made[entry.path] = made.get(entry.path, frozenset()) | {c.code for c in update.changes}
@@ -115,12 +115,12 @@ def _answered_by_distributed_callers(callers: Sequence[ProjectFile], graph: Proj
     left for a human when a script that imports it is set up for several processes already (the
     project once migrated, or written for torchrun): that script is its caller. Nothing changes."""
     updates: Dict[str, Update] = {}
-    if not any(_ANSWERED & _codes(file) for file in by_path.values()):
+    if not any(_ANSWERED & file.codes for file in by_path.values()):
         return updates  # no module is left for a human: nothing to answer, no import graph to walk
     for caller in callers:
         for module, _ in graph.reachable(caller.path):
             file = by_path.get(module)
-            if file is not None and _ANSWERED & _codes(file):
+            if file is not None and _ANSWERED & file.codes:
                 updates[module] = Update(None, dropped=_ANSWERED)
     return updates
 
@@ -214,9 +214,6 @@ def _blocked(entry: ProjectFile, blocker, graph: ProjectGraph) -> Update:
     diagnostic = Diagnostic(MODULE_NEEDS_MIGRATION.code, graph.import_line(entry.path, chain[1]), 1, message)
     return Update(None, (), (diagnostic,), revert=True)
 
-
-def _codes(file: ProjectFile) -> FrozenSet[str]:
-    return frozenset(d.code for d in file.diagnostics)
 
 
 def _needs(entry: ProjectFile, module: str, chain: Tuple[str, ...], change: Change, line: int) -> Diagnostic:

@@ -58,7 +58,7 @@ def migrate_together(
     """Each module that builds and trains its models (DDP101), with the scripts that import it."""
     if engine is None:
         return Together(list(files), {})
-    modules = {f.path: f for f in files if NO_ENTRY_POINT in _codes(f) and not f.distributed}
+    modules = {f.path: f for f in files if NO_ENTRY_POINT in f.codes and not f.distributed}
     callers = _callers(files, graph, engine, modules)
     replaced: Dict[str, ProjectFile] = {}
     updates: Dict[str, Update] = {}
@@ -95,7 +95,7 @@ def _callers(files: Sequence[ProjectFile], graph: ProjectGraph, engine: Engine,
             continue  # migrated, distributed, a module of its own kind, or no script: nothing to set up
         for module in graph.imports(script.path):
             names = graph.imported_names(script.path, module)
-            if names and (module in modules or NOT_MIGRATED in _codes(script) and _trains_unset(module, graph, engine, modules)):
+            if names and (module in modules or NOT_MIGRATED in script.codes and _trains_unset(module, graph, engine, modules)):
                 callers.setdefault(module, []).append((script, names))
     return callers
 
@@ -180,12 +180,9 @@ def _runs(file: ProjectFile) -> bool:
     """A script, by its text: a main guard, or the engine's word that it trains through something
     built elsewhere. A module that subclasses the class (`class SinCUT(CUTModel)`) is none; the
     engine, run on a candidate, decides the rest."""
-    return "__main__" in file.text or NOT_MIGRATED in _codes(file)
+    return "__main__" in file.text or NOT_MIGRATED in file.codes
 
 
 def _declined(why: str) -> Diagnostic:
     return Diagnostic(MODULE_NEEDS_MIGRATION.code, 1, 1, f"left unchanged: {why}; migrate the two by hand")
 
-
-def _codes(file: ProjectFile) -> FrozenSet[str]:
-    return frozenset(d.code for d in file.diagnostics)

@@ -73,3 +73,9 @@ def set_apart(statements: List[cst.BaseStatement], anchor: cst.BaseStatement) ->
     return [first.with_changes(leading_lines=[*blanks, *first.leading_lines]), *statements[1:]]
 
 
+def unbound(name: str, taken) -> str:
+    """`name`, or `name2`, `name3`... when `taken` (the names bound where it goes) has it."""
+    candidate, number = name, 2
+    while candidate in taken:
+        candidate, number = f"{name}{number}", number + 1
+    return candidate

@@ -381,7 +381,7 @@ def _print_computed_first(facts: ScriptFacts, plan: Plan, statement, values) -> 
     taken = set(facts.local_names.get(facts.owner_of(statement), ())) | set(facts.local_names.get(facts.module, ()))
     shown = []
     for value in values:
-        name = _fresh_name(_result_name(value), taken)
+        name = _build.unbound(_result_name(value), taken)
         taken.add(name)
         plan.compute_first(statement, value, name)
         shown.append(f"`{name}`")
@@ -400,10 +400,3 @@ def _result_name(call: cst.Call) -> str:
     name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else "value"
     snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in name).strip("_")  # `Solver` -> "solver"
     return f"{snake or 'value'}_result"
-
-
-def _fresh_name(name: str, taken) -> str:
-    candidate, number = name, 2
-    while candidate in taken:
-        candidate, number = f"{name}_{number}", number + 1
-    return candidate

@@ -117,11 +117,7 @@ def sampler_name(loader: LoaderFact, facts: ScriptFacts) -> str:
 
 def free_name(name: str, facts: ScriptFacts, loader: LoaderFact) -> str:
     """`name`, or `name2`, `name3`... when the loader's scope binds it already."""
-    taken = facts.local_names.get(loader.owner, frozenset())
-    candidate, n = name, 2
-    while candidate in taken:
-        candidate, n = f"{name}{n}", n + 1
-    return candidate
+    return _build.unbound(name, facts.local_names.get(loader.owner, frozenset()))
 
 
 def shards(loader: LoaderFact) -> bool:
