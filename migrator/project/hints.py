@@ -67,8 +67,9 @@ def _builds_its_models(first: Diagnostic, with_its_script: Callable[[], Result])
         return None
     changes = _listed([f"line {c.line} {c.code}: {c.message}" for c in made.changes])
     message = (
-        "this module builds and trains its models, but nothing here sets up the process group, so the file alone "
-        "cannot be migrated: run ddp-migrate on the project's folder (or name the script that uses it too), and "
+        "this module builds and trains its models, but the script that runs them is another module, which must set "
+        "up the process group, so the file alone cannot be migrated: run ddp-migrate on the project's folder (or "
+        "name the script that uses it too), and "
         f"project mode migrates the two together; here it would change: {changes}"
     )
     return Diagnostic(MODULE_NEEDS_MIGRATION.code, first.line, first.col, message)
