@@ -444,14 +444,11 @@ def _passes_name(call: cst.Call, expr: str) -> bool:
 
 
 def trained_through(self, name: str) -> bool:
-    """Is `name(...)` called in a loop that trains (a backward or an optimizer step in it)?"""
-    for loop in self.c.loops:
-        calls = self.calls_inside.get(loop, ())
-        if any(code_of(call.func) == name for call in calls) and any(
-            attribute_name(call.func) in ("backward", "step") for call in calls
-        ):
-            return True
-    return False
+    """Is `name(...)` called in a loop that trains (migrator.dataflow.calls)?"""
+    return any(
+        any(code_of(call.func) == name for call in self.calls_inside.get(loop, ())) and self.call_graph.trains(loop)
+        for loop in self.c.loops
+    )
 
 
 def loads_between(self, expr: str, start: Statement, end: Statement) -> Tuple[cst.Call, ...]:
@@ -645,13 +642,7 @@ def holds_training(self, statement: Statement) -> bool:
 
 
 def loop_trains(self, loop: cst.CSTNode) -> bool:
-    """Does `loop` run a backward, an optimizer step, or one of this file's functions?"""
-    local = {fn.name.value for fn in self.c.functions}
-    for call in self.calls_inside.get(loop, ()):
-        name = call.func.value if isinstance(call.func, cst.Name) else attribute_name(call.func)
-        if name in ("backward", "step") or name in local:
-            return True
-    return False
+    return self.call_graph.trains(loop)
 
 def last_preparation(self, expr: str, definition: Statement, keyed_from: Optional[Statement] = None) -> Statement:
     """The last statement, before training starts, that still prepares the model.
@@ -696,16 +687,7 @@ def starts_training(self, statement: Statement, expr: str) -> bool:
 
 def calls_training_function(self, statement: cst.SimpleStatementLine) -> bool:
     """`loss.backward()`, or `train(model, loader)`: a call of one of this file's functions that trains."""
-    if any(attribute_name(call.func) in ("backward", "step") for call in descendants(statement, cst.Call)):
-        return True
-    functions = {fn.name.value: fn for fn in self.c.functions}
-    for name in _called_names(statement):
-        fn = functions.get(name)
-        if fn is not None and any(
-            attribute_name(call.func) in ("backward", "step") for call in self.calls_inside.get(fn, ())
-        ):
-            return True
-    return False
+    return self.call_graph.trains(statement)
 
 def prepares(self, statement: Statement, expr: str, loads: bool = True) -> bool:
     if isinstance(statement, cst.SimpleStatementLine):

@@ -13,6 +13,7 @@ import libcst as cst
 from migrator import names as N
 from migrator.bindings import ScopeOwner
 from migrator.dataflow import Flow
+from migrator.dataflow.calls import CallGraph
 from migrator.analysis.collector import _Collector
 from migrator.analysis.facts import EntryPoint, LazyPositions, ModelFact, ScriptFacts
 from migrator.analysis.helpers import Block, Statement, _has_map_location, code_of
@@ -35,6 +36,7 @@ class _Analysis:
         self.parents = c.parents
         self.positions = LazyPositions(module, source)
         self.calls_inside = self._index_calls()
+        self.call_graph = CallGraph(self)
 
     def _index_calls(self) -> Dict[cst.CSTNode, List[cst.Call]]:
         """Calls under each loop, function and class, from one walk up each call's ancestors."""
@@ -469,6 +471,15 @@ def _is_gpu_count(node: cst.BaseExpression, names: Set[str]) -> bool:
 
 def analyze(module: cst.Module, context: Optional[FileContext] = None, source: Optional[str] = None) -> ScriptFacts:
     """The facts of `module` (parsed from `source`, when given: positions are then cheap)."""
+    return _analysis(module, context, source).facts()
+
+
+def call_graph(module: cst.Module) -> CallGraph:
+    """The module's calls and what trains, for a module read without a script's facts (project mode)."""
+    return _analysis(module).call_graph
+
+
+def _analysis(module: cst.Module, context: Optional[FileContext] = None, source: Optional[str] = None) -> _Analysis:
     collector = _Collector(module)
     collector.run(module)
     collector.resolve_calls()
@@ -480,4 +491,4 @@ def analyze(module: cst.Module, context: Optional[FileContext] = None, source: O
         collector.trained_loaders = {call: loaders for call, (_, loaders, _) in trained.items() if loaders}
         collector.trained_moves = {call for call, (_, _, moves) in trained.items() if moves}
         collector.optimizer_helpers += [call for call in collector.trained_arguments if call not in collector.optimizer_helpers]
-    return _Analysis(module, collector, context, source).facts()
+    return _Analysis(module, collector, context, source)

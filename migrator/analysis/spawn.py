@@ -474,23 +474,10 @@ class _Reader:
         return tuple(found)
 
     def _trains(self, worker: cst.FunctionDef) -> bool:
-        """Does the worker, or a function or class of this file it calls, run a backward pass or build an optimizer?"""
+        """Does the worker (or this file's code it calls) train, or build an optimizer for a
+        project function to train with?"""
         optimizers = {call for call, _ in self.a.c.optimizer_calls} | set(self.a.c.optimizer_helpers)
-        seen: Set[cst.CSTNode] = set()
-        todo: List[cst.CSTNode] = [worker]
-        while todo:
-            node = todo.pop()
-            if node in seen:
-                continue
-            seen.add(node)
-            for call in self.a.calls_inside.get(node, ()):
-                if N.attribute_name(call.func) == "backward" or call in optimizers:
-                    return True
-                if isinstance(call.func, cst.Name):
-                    callee = self.functions.get(call.func.value) or self.classes.get(call.func.value)
-                    if callee is not None:
-                        todo.append(callee)
-        return False
+        return self.a.call_graph.trains(worker) or any(call in optimizers for call in self.a.calls_inside.get(worker, ()))
 
 
 # -- small helpers ---------------------------------------------------------------------------

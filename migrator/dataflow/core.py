@@ -36,6 +36,7 @@ class Navigation(Protocol):
     module: cst.Module
     c: Any  # the collector's sites: calls, assignments, loops, functions, the name index
     calls_inside: Dict[cst.CSTNode, List[cst.Call]]
+    call_graph: Any  # migrator.dataflow.calls.CallGraph, built once for the file
 
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]: ...
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]: ...
@@ -134,65 +135,16 @@ class FlowBase:
         self.set_up_by_caller = set_up_by_caller
         # Names whose calls train in a module migrated with this script (`Solver`): every rank runs them.
         self.trained_through = trained_through
-        self.functions: Dict[str, cst.FunctionDef] = {
-            f.name.value: f for f in self.c.functions if isinstance(a.parent(f), cst.Module)
-        }
-        self.classes: Dict[str, cst.ClassDef] = {c.name.value: c for c in self.c.classes if isinstance(a.parent(c), cst.Module)}
-        self._trains_cache: Dict[cst.CSTNode, bool] = {}
+        graph = a.call_graph  # the file's calls and what trains: computed once, shared (dataflow.calls)
+        self.functions, self.classes = graph.functions, graph.classes
+        self.callee, self.method_of, self.instance_class = graph.callee, graph.method_of, graph.instance_class
+        self.trains, self.optimizer_names = graph.trains, graph.optimizer_names
         # `pbar = tqdm(train_loader)`: a name standing for a loader (its loops are the loader's).
         self.loader_aliases: Dict[str, str] = {}
         self._attributes_by_receiver: Optional[Dict[str, List[cst.Attribute]]] = None
-        self._instances: Optional[Dict[Tuple[object, str], cst.BaseExpression]] = None
         self._wrapping: Optional[Dict[str, List[Tuple[str, cst.SimpleStatementLine]]]] = None
-        self.optimizer_names = self._optimizer_names()
 
     # -- small helpers -------------------------------------------------------------------
-    def _optimizer_names(self) -> Set[str]:
-        found = set()
-        for call, _ in self.c.optimizer_calls:
-            statement = self.a.statement_of(call)
-            if isinstance(statement, cst.SimpleStatementLine):
-                small = statement.body[0]
-                if isinstance(small, cst.Assign):
-                    found.update(code_of(t.target) for t in small.targets)
-        return found
-
-    def method_of(self, cls: Optional[cst.ClassDef], name: str) -> Optional[cst.FunctionDef]:
-        if cls is None:
-            return None
-        for statement in cls.body.body:
-            if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
-                return statement
-        return None
-
-    def callee(self, call: cst.Call) -> Optional[cst.FunctionDef]:
-        """The function of this file a call runs: `train(...)` or `self.train_epoch(...)`."""
-        if isinstance(call.func, cst.Name):
-            if call.func.value in self.classes:  # Trainer(model, loader): its __init__ runs
-                return self.method_of(self.classes[call.func.value], "__init__")
-            return self.functions.get(call.func.value)
-        if isinstance(call.func, cst.Attribute) and N.is_name(call.func.value, "self"):
-            return self.method_of(self.a.enclosing_class(call), call.func.attr.value)
-        if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name):
-            # `trainer.training(epoch)` with `trainer = Trainer(args)` built in the same function.
-            cls = self.instance_class(call.func.value.value, self.a.scope_of(call))
-            return self.method_of(cls, call.func.attr.value) if cls is not None else None
-        return None
-
-    def instance_class(self, name: str, owner: ScopeOwner) -> Optional[cst.ClassDef]:
-        """The class of this file that `name = Cls(...)` instantiates in `owner`."""
-        if self._instances is None:
-            # One pass over the assignments: (owner, name) -> the first value assigned there.
-            self._instances = {}
-            for target, statement in self.c.assignments:
-                small = statement.body[0]
-                if isinstance(small, cst.Assign):
-                    self._instances.setdefault((self.a.scope_of(statement), target), small.value)
-        value = self._instances.get((owner, name))
-        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
-            return self.classes.get(value.func.value)
-        return None
-
     def bound_params(self, fn: cst.FunctionDef) -> List[str]:
         """The parameters a call fills, `self`/`cls` of a method left out."""
         params = [p.name.value for p in fn.params.params]
@@ -298,25 +250,6 @@ class FlowBase:
             return True
         return self.trains(self.a.enclosing_function(use) or self.a.module)
 
-    def trains(self, node: cst.CSTNode, depth: int = 0) -> bool:
-        """Does running `node` reach a backward() or an optimizer step()?"""
-        if node in self._trains_cache:
-            return self._trains_cache[node]
-        self._trains_cache[node] = False  # recursion guard
-        result = False
-        for call in self.calls_within(node):
-            func = call.func
-            if isinstance(func, cst.Attribute) and (
-                func.attr.value == "backward" or (func.attr.value == "step" and code_of(func.value) in self.optimizer_names)
-            ):
-                result = True
-                break
-            target = self.callee(call)
-            if target is not None and depth < 4 and self.trains(target, depth + 1):
-                result = True
-                break
-        self._trains_cache[node] = result
-        return result
 
 
 # --------------------------------------------------------------------------- helpers

@@ -89,9 +89,7 @@ class SaveFlow(FlowBase):
         # State every rank keeps (`if loss < best: best = loss; shutil.copyfile(...)`), control flow
         # or training must stay on every rank: ranks that disagree on it would diverge or hang.
         changes_state = (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Break, cst.Continue, cst.Return)
-        return not any(True for _ in descendants(statement, changes_state)) and not any(
-            attribute_name(call.func) in ("backward", "step") for call in calls
-        )
+        return not any(True for _ in descendants(statement, changes_state)) and not self.trains(statement)
 
     def runs_shared_code(self, node: cst.CSTNode, depth: int = 0) -> bool:
         """Does `node` run something every rank must run: the model's forward, a collective?

@@ -28,6 +28,8 @@ import libcst as cst
 from migrator import edits, suppress
 from migrator.codegen import check_parses, with_imports
 from migrator.analysis.facts import LazyPositions
+from migrator.analysis.passes import call_graph
+from migrator.dataflow.calls import CallGraph
 from migrator.bindings import dotted_name
 from migrator.tree import with_keyword
 from migrator.options import Options
@@ -64,7 +66,6 @@ from migrator.project.shapes import (
     short,
     shuffles_or_samples,
     source_of,
-    trains,
     parents_in_visit_order,
     walk,
     with_sampler,
@@ -150,6 +151,7 @@ class _Finder:
         self.plan = edits.Plan()
         self.names = ModuleNames.of(self.module)
         self.guarded_functions: Set[cst.FunctionDef] = set()
+        self._graph: Optional[CallGraph] = None
         # Code under the module's own `if __name__ == "__main__":` runs only when it is run as a
         # script (a demo, a self-test), never for the training script that imports it.
         demo = {n for guard in main_guards(self.module) for n in walk(guard)}
@@ -191,6 +193,12 @@ class _Finder:
         if self._on(MODULE_SHARED_FOLDERS.code):
             for call in calls:
                 self._folder(call)
+
+    def _trains(self, loop: cst.For) -> bool:
+        """The engine's one answer (migrator.dataflow.calls), on this module read alone."""
+        if self._graph is None:
+            self._graph = call_graph(self.module)
+        return self._graph.trains(loop)
 
     def _top_level_owner(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         """The module-level def or class holding `node` (None: module-level code)."""
@@ -374,7 +382,7 @@ class _Finder:
     def _set_epoch(self, loop: cst.For) -> None:
         function = self._enclosing(loop, cst.FunctionDef)
         loader = iterated_loader(loop.iter, wrappers(function or self.module))
-        if loader is None or not trains(loop):
+        if loader is None or not self._trains(loop):
             return
         scope = function or self.module
         if any(isinstance(n, cst.Attribute) and n.attr.value == "set_epoch" for n in walk(scope)):

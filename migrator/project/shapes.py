@@ -177,9 +177,6 @@ def wrappers(scope: cst.CSTNode) -> Dict[str, cst.BaseExpression]:
             found[node.targets[0].target.value] = node.value
     return found
 
-def trains(loop: cst.For) -> bool:
-    return any(isinstance(n, cst.Attribute) and n.attr.value in ("backward", "step") for n in walk(loop.body))
-
 def looks_like_checkpoint(call: cst.Call, function: cst.FunctionDef) -> bool:
     """A model's or trainer's state, not a cache of data every rank may read back."""
     name = function.name.value.lower()

@@ -1,0 +1,116 @@
+"""The file's own call graph, and the one answer to "does running this train?".
+
+Which function of this file a call runs (`train(...)`, `Trainer(...)`'s `__init__`,
+`self.train_epoch(...)`, `trainer.fit()` on an instance built in the same scope), and whether
+running a loop, a function or a class reaches training: a `backward()`, an optimizer's `step()`,
+a call that hands a model to a project function that trains it (migrator.analysis.project_training),
+or a call of this file's code that does one of these. Built once per file from the collected
+sites; the flows, the model analysis (where training starts) and spawn (does the worker train)
+all read it.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from migrator import names as N
+from migrator.bindings import ScopeOwner
+from migrator.tree import descendants
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+class CallGraph:
+    def __init__(self, a: Any) -> None:
+        self.a = a
+        self.c = a.c
+        top = a.module
+        self.functions: Dict[str, cst.FunctionDef] = {
+            f.name.value: f for f in self.c.functions if a.parent(f) is top
+        }
+        self.classes: Dict[str, cst.ClassDef] = {c.name.value: c for c in self.c.classes if a.parent(c) is top}
+        self.optimizer_names = self._optimizer_names()
+        self._instances: Optional[Dict[Tuple[object, str], cst.BaseExpression]] = None
+        self._trains: Dict[cst.CSTNode, bool] = {}
+
+    def _optimizer_names(self) -> Set[str]:
+        """How the optimizers are spelled where they are bound (`optimizer`, `self.opt_G`)."""
+        found = set()
+        built = [call for call, _ in self.c.optimizer_calls] + list(self.c.optimizer_helpers)
+        for call in built:
+            statement = self.a.statement_of(call)
+            if isinstance(statement, cst.SimpleStatementLine):
+                small = statement.body[0]
+                if isinstance(small, cst.Assign):
+                    found.update(_code(t.target) for t in small.targets)
+        return found
+
+    # -- which function a call runs ---------------------------------------------------------
+    def method_of(self, cls: Optional[cst.ClassDef], name: str) -> Optional[cst.FunctionDef]:
+        if cls is None:
+            return None
+        for statement in cls.body.body:
+            if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
+                return statement
+        return None
+
+    def callee(self, call: cst.Call) -> Optional[cst.FunctionDef]:
+        """The function of this file a call runs: `train(...)` or `self.train_epoch(...)`."""
+        func = call.func
+        if isinstance(func, cst.Name):
+            if func.value in self.classes:  # Trainer(model, loader): its __init__ runs
+                return self.method_of(self.classes[func.value], "__init__")
+            return self.functions.get(func.value)
+        if isinstance(func, cst.Attribute) and N.is_name(func.value, "self"):
+            return self.method_of(self.a.enclosing_class(call), func.attr.value)
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+            # `trainer.training(epoch)` with `trainer = Trainer(args)` built in the same function.
+            cls = self.instance_class(func.value.value, self.a.scope_of(call))
+            return self.method_of(cls, func.attr.value) if cls is not None else None
+        return None
+
+    def instance_class(self, name: str, owner: ScopeOwner) -> Optional[cst.ClassDef]:
+        """The class of this file that `name = Cls(...)` instantiates in `owner`."""
+        if self._instances is None:
+            # One pass over the assignments: (owner, name) -> the first value assigned there.
+            self._instances = {}
+            for target, statement in self.c.assignments:
+                small = statement.body[0]
+                if isinstance(small, cst.Assign):
+                    self._instances.setdefault((self.a.scope_of(statement), target), small.value)
+        value = self._instances.get((owner, name))
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+            return self.classes.get(value.func.value)
+        return None
+
+    # -- does running it train ------------------------------------------------------------
+    def trains(self, node: cst.CSTNode) -> bool:
+        """Does running `node` (a loop, a function, a class, the module) reach training?"""
+        if node in self._trains:
+            return self._trains[node]
+        self._trains[node] = False  # a recursion trains only through a call that does
+        result = any(self._call_trains(call) for call in self.calls_in(node))
+        self._trains[node] = result
+        return result
+
+    def calls_in(self, node: cst.CSTNode) -> List[cst.Call]:
+        if node in self.a.calls_inside:  # loops, functions, classes, blocks: indexed once
+            return self.a.calls_inside[node]
+        return list(descendants(node, cst.Call))  # a single statement
+
+    def _call_trains(self, call: cst.Call) -> bool:
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "backward":
+            return True
+        if isinstance(func, cst.Attribute) and func.attr.value == "step" and (
+            _code(func.value) in self.optimizer_names
+            or any(_code(arg.value) in self.optimizer_names for arg in call.args)  # `scaler.step(optimizer)`
+        ):
+            return True
+        if call in self.c.trained_arguments:  # hands a model to a project function that trains it
+            return True
+        target = self.callee(call)
+        return target is not None and self.trains(target)
