@@ -80,28 +80,27 @@ def _migrate(source: str, options: Options, rewrite: bool = True, context: Optio
     diagnostics += _library_hint(source, facts, diagnostics, options, (module, facts.positions) if not renamed else None, context)
     test_module = context is not None and context.is_test_module
     trains = (facts.trains or facts.already_distributed) and not test_module
-    launch_args = facts.required_arguments if trains else None
-    distributed = facts.already_distributed and not test_module
+    # `models`: how the script spells the models it wraps, for project mode to follow into its modules.
+    known = dict(launch_args=facts.required_arguments if trains else None,
+                 distributed=facts.already_distributed and not test_module,
+                 models=tuple(m.expr for m in facts.models if not m.already_ddp and m.wrap_after is not None))
     plan.changes += [Change(ASYNC_KEYWORD.code, line, col + 1, "async= renamed non_blocking= (PyTorch 0.4)") for line, col in renamed]
     documented = _documented_launches(source, options, scope)
     plan.changes += [Change(LAUNCH_IN_PYTHON.code, line, col + 1, "launch command in a comment rewritten for torchrun") for line, col, _, _ in documented]
     if plan.empty and not renamed and not documented:
-        return Result(code=source, diagnostics=diagnostics, original=source, launch_args=launch_args, distributed=distributed)
+        return Result(code=source, diagnostics=diagnostics, original=source, **known)
     changes = tuple(sorted(plan.changes, key=lambda c: (c.line, c.col)))
     if not rewrite:
-        return Result(source, changes, diagnostics, original=source, launch_args=launch_args, pending=True,
-                      distributed=distributed)
+        return Result(source, changes, diagnostics, original=source, pending=True, **known)
     if plan.empty:
         code = launch_comments.apply(parsed, launch_comments.rewrites(parsed)) if documented else parsed
-        return Result(code=code, changes=changes, diagnostics=diagnostics, original=source, launch_args=launch_args,
-                      distributed=distributed)
+        return Result(code=code, changes=changes, diagnostics=diagnostics, original=source, **known)
     new = with_imports(edits.apply(module, plan, facts.parents, continuations="\\\n" in source or "\\\r\n" in source), plan)
     code = new.code
     if documented:  # found again on the new text: the edits above moved the lines
         code = launch_comments.apply(code, launch_comments.rewrites(code))
     check_parses(code)
-    return Result(code=code, changes=changes, diagnostics=diagnostics, original=source, launch_args=launch_args,
-                  distributed=distributed)
+    return Result(code=code, changes=changes, diagnostics=diagnostics, original=source, **known)
 
 
 def _library_hint(source: str, facts, diagnostics, options: Options, parsed, context: Optional[FileContext] = None) -> tuple:

@@ -481,6 +481,7 @@ class Migrated(NamedTuple):
     python: bool = False  # a Python source (project mode plans those), as _read judged it
     notice: bool = False  # the skip is shown without -v too (a file above the size limit)
     distributed: bool = False  # a script set up for several processes already (Result.distributed)
+    models: Tuple[str, ...] = ()  # the models it wraps, as it spells them (Result.models)
 
 
 class _Job(NamedTuple):
@@ -575,7 +576,8 @@ def _migrate(job: _Job, options: Options, mode: WriteBack) -> Migrated:
     launch = tuple(result.torchrun_commands(job.name)) if changed and job.kind == files.PYTHON else ()
     outcome = FileOutcome(job.name, changed, tuple(result.changes), tuple(result.diagnostics), launch=launch,
                           notes=result.notes)
-    return Migrated(outcome, job.source, result.code, python=job.kind == files.PYTHON, distributed=result.distributed)
+    return Migrated(outcome, job.source, result.code, python=job.kind == files.PYTHON, distributed=result.distributed,
+                    models=result.models)
 
 
 def _context(job: _Job) -> Optional[FileContext]:
@@ -723,7 +725,7 @@ def with_project(outcomes: Sequence[Migrated], mode: WriteBack, options: Options
 
     project = [
         ProjectFile(real, done.outcome.path, done.source.text, done.code if mode.needs_code else None,
-                    done.outcome.changes, done.outcome.diagnostics, done.distributed)
+                    done.outcome.changes, done.outcome.diagnostics, done.distributed, done.models)
         for done, real in python
     ]
     try:

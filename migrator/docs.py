@@ -86,6 +86,7 @@ def _caption(example: "Example") -> str:
         caption += f" (in `{example.path}`)"
     if example.options:
         caption += f" (with `{example.flags}`)"
+    caption += example.handed_caption
     return caption[:1].upper() + caption[1:]
 
 

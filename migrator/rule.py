@@ -27,6 +27,18 @@ class Example:
     path: Optional[str] = None  # the file name it is checked under (`tests/test_model.py`), when that matters
     # Options fields it runs with: (("eval", "sharded"),) is `--eval sharded`, (("spawn", True),) is `--spawn`
     options: Tuple[Tuple[str, object], ...] = ()
+    # Project mode's examples (a module a training script imports): where the script's model is read
+    # in the module, as project mode follows it from the script's calls: (("Trainer", "self.model"),)
+    # is "the script calls Trainer(model, ...), kept as self.model" (migrator.graph.values).
+    handed: Tuple[Tuple[str, str], ...] = ()
+
+    @property
+    def handed_caption(self) -> str:
+        """` (the script's model is `self.model` in `Trainer`)`, for the docs; empty without `handed`."""
+        if not self.handed:
+            return ""
+        where = ", ".join(f"`{spelled}` in `{scope}`" for scope, spelled in self.handed)
+        return f" (the training script's model is {where})"
 
     @property
     def flags(self) -> str:
@@ -74,7 +86,7 @@ class Rule:
         for example in self.examples[:1]:
             fence = f"```{self.example_language}"
             heading = f"## Example (with `{example.flags}`)" if example.options else "## Example"
-            parts += ["", heading, fence, example.before.rstrip(), "```"]
+            parts += ["", heading + example.handed_caption, fence, example.before.rstrip(), "```"]
             if example.after is not None:
                 parts += ["", "Use instead:", fence, example.after.rstrip(), "```"]
         quiet = [e for e in self.examples[1:] if not e.fires]
@@ -82,6 +94,6 @@ class Rule:
             parts += ["", "## Where it does not apply"]
         for example in quiet:
             fence = f"```{self.example_language}"
-            caption = example.id.replace("-", " ") + (f" (in `{example.path}`)" if example.path else "")
+            caption = example.id.replace("-", " ") + (f" (in `{example.path}`)" if example.path else "") + example.handed_caption
             parts += ["", f"{caption}:", fence, example.before.rstrip(), "```"]
         return "\n".join(parts) + "\n"

@@ -44,6 +44,8 @@ class Result:
     # Set up for several processes already (its own process group, DDP, a framework): a script
     # that runs under torchrun as it is, and the caller of the project modules it imports.
     distributed: bool = False
+    # How a training script spells the models it wraps (project mode follows them into its modules).
+    models: Tuple[str, ...] = ()
     # Sentences about the run on this file that are no finding (a suppressed fix that others need).
     notes: Tuple[str, ...] = ()
 

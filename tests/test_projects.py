@@ -254,7 +254,8 @@ def _project(tmp_path: Path, files: dict, given=None):
         path = tmp_path / name
         text = path.read_text()
         result = migrate(text, context=FileContext.for_file(path, name))
-        project.append(ProjectFile(str(path.resolve()), name, text, result.code, result.changes, result.diagnostics))
+        project.append(ProjectFile(str(path.resolve()), name, text, result.code, result.changes, result.diagnostics,
+                                   models=result.models))
     return project, {Path(p).name: u for p, u in plan_project(project).items()}
 
 
@@ -429,8 +430,11 @@ def test_a_planner_failure_keeps_each_file_and_says_so(tmp_path, monkeypatch):
 def test_a_suppression_comment_in_a_module_is_honoured():
     from migrator.project import ModuleRole, migrate_module
 
+    from migrator.graph.values import Receivers
+
     source = _SAVER.replace('f"epoch{epoch}.pt")', 'f"epoch{epoch}.pt")  # ddp-migrate: ignore[DDP032]')
-    result = migrate_module(source, ModuleRole(("train.py",)))
+    handed = Receivers({"save_checkpoint": {"model"}})  # train.py calls save_checkpoint(model, epoch)
+    result = migrate_module(source, ModuleRole(("train.py",), models=handed))
     assert {c.code for c in result.changes} == {"DDP033"}
     assert "get_rank" not in result.code
 

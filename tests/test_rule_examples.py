@@ -6,6 +6,7 @@ from migrator.context import FileContext
 from migrator.options import Options
 from migrator.launcher import EXAMPLE_KIND, LAUNCHER_RULES, migrate_launcher
 from migrator.project import ModuleRole, migrate_module
+from migrator.graph.values import Receivers
 from migrator.project.rules import RULES as PROJECT_RULES
 
 LAUNCHER_CODES = {rule.code for rule in LAUNCHER_RULES}
@@ -14,22 +15,29 @@ PROJECT_CODES = {rule.code for rule in PROJECT_RULES}
 EXAMPLES = [pytest.param(rule, example, id=f"{rule.code}-{example.id}") for rule in RULES for example in rule.examples]
 
 
-def _run(rule, source, path=None, options=()):
+def _receivers(handed):
+    found = Receivers()
+    for scope, spelled in handed:
+        found.add(scope, spelled)
+    return found
+
+
+def _run(rule, source, path=None, options=(), handed=()):
     if rule.code in LAUNCHER_CODES:
         return migrate_launcher(source, EXAMPLE_KIND)
     if rule.code in PROJECT_CODES:
-        return migrate_module(source, ModuleRole(entries=("train.py",)))
+        return migrate_module(source, ModuleRole(entries=("train.py",), models=_receivers(handed)))
     return migrate(source, Options(**dict(options)), context=FileContext(path=path) if path else None)
 
 
 @pytest.mark.parametrize("rule, example", EXAMPLES)
 def test_rule_example(rule, example):
-    result = _run(rule, example.before, example.path, example.options)
+    result = _run(rule, example.before, example.path, example.options, example.handed)
     if example.after is None:
         assert result.code == example.before, "the example must stay unchanged"
     else:
         assert result.code == example.after
-        assert _run(rule, result.code, example.path, example.options).code == result.code, "second run must change nothing"
+        assert _run(rule, result.code, example.path, example.options, example.handed).code == result.code, "second run must change nothing"
     reported = {d.code for d in result.diagnostics}
     assert set(example.diagnostics) <= reported
     fired = {c.code for c in result.changes} | reported

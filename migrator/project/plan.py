@@ -19,9 +19,14 @@ Everything here is pure: the CLI passes the files it read and applies what comes
 from __future__ import annotations
 
 import ast
+import os
 from dataclasses import replace
+from pathlib import Path
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
+from migrator.context import ProjectModules, package_of
+from migrator.graph.modules import ModuleSummary
+from migrator.graph.values import Receivers, handed_models
 from migrator.options import Options
 from migrator.project.graph import ProjectGraph
 from migrator.project.outcome import ProjectFile, Update, plannable, relative
@@ -88,11 +93,13 @@ def _planned_with_entries(files: Sequence[ProjectFile], graph: ProjectGraph, opt
             else:
                 outside.setdefault(entry.path, []).append((module, chain))
     made: Dict[str, FrozenSet[str]] = {}  # entry -> the codes its modules got
+    handed = {entry.path: _handed_models(entry) for entry in entries}  # module -> where the entry's models are read
     wrapping = {entry.path: _dataparallel_use(entry.text) for entry in entries}  # each script parsed once
     for module, reaching in roles.items():
         batch, why = _batch_mode(options, [wrapping[e.path][0] for e in reaching])
         role = ModuleRole(tuple(e.display for e in reaching), unwrap_keys=not any(wrapping[e.path][1] for e in reaching),
                           batch=batch, batch_why=why, used=used.get(module),
+                          models=_merged([handed[e.path].get(module) for e in reaching]),
                           **({"pieces": (MODULE_SET_EPOCH.code,)} if module in together else {}))
         current = by_path[module]
         update = _module_update(current, role, options, rewrite)
@@ -167,7 +174,8 @@ def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Opt
         if text is None:
             continue
         try:
-            needs = migrate_module(text, ModuleRole((entry.display,)), options, rewrite=False)
+            role = ModuleRole((entry.display,), models=_handed_models(entry).get(module))
+            needs = migrate_module(text, role, options, rewrite=False)
         except Exception:  # noqa: BLE001
             continue
         for change in needs.changes:
@@ -182,6 +190,29 @@ def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Opt
     if MODULE_SET_EPOCH.code in made:
         dropped.add(NO_EPOCH_LOOP)
     return Update(code, changes, tuple(d for d in diagnostics if options.enabled(d.code)), frozenset(dropped))
+
+
+def _handed_models(entry: ProjectFile) -> Dict[str, Receivers]:
+    """Module (real path) -> where the models the engine wrapped in `entry` are read there."""
+    if not entry.models:
+        return {}
+    here = Path(entry.path)
+    script = ModuleSummary(entry.path, entry.text, package_of(here))
+    found = handed_models(ProjectModules.for_script(here).roots, script, entry.models)
+    return {os.path.realpath(path): receivers for path, receivers in found.items()}
+
+
+def _merged(found: List[Optional[Receivers]]) -> Optional[Receivers]:
+    """The receivers of several scripts in one module (None: no script hands it a model)."""
+    known = [r for r in found if r is not None]
+    if not known:
+        return None
+    merged = Receivers()
+    for receivers in known:
+        for scope, spelled in receivers.scopes.items():
+            for name in spelled:
+                merged.add(scope, name)
+    return merged
 
 
 def _dataparallel_module(reached, graph: ProjectGraph) -> Optional[Tuple[str, Tuple[str, ...], int]]:

@@ -30,6 +30,7 @@ from migrator.codegen import check_parses, with_imports
 from migrator.analysis.facts import LazyPositions
 from migrator.analysis.passes import call_graph
 from migrator.dataflow.calls import CallGraph
+from migrator.graph.values import Receivers
 from migrator.bindings import dotted_name
 from migrator.tree import with_keyword
 from migrator.options import Options
@@ -50,7 +51,6 @@ from migrator.project.shapes import (
     ModuleNames,
     RANK_WORDS,
     SAMPLER_KEYWORDS,
-    aliases_of_self,
     assigned_target,
     bound_names,
     first_statement,
@@ -60,7 +60,6 @@ from migrator.project.shapes import (
     iterated_loader,
     looks_like_checkpoint,
     main_guards,
-    model_like,
     path_used_after,
     save_function,
     short,
@@ -96,6 +95,7 @@ class ModuleRole:
     batch: str = "per-process"  # Options.batch as it applies to the scripts (rules.global_batch)
     batch_why: str = ""
     used: Optional[Tuple[str, ...]] = None  # the names the script imports from it (None: the whole module)
+    models: Optional[Receivers] = None  # where the scripts' models are read here (None: no caller known)
 
 
 def migrate_module(
@@ -512,7 +512,7 @@ class _Finder:
         if not (isinstance(func, cst.Attribute) and func.attr.value in ("state_dict", "load_state_dict")):
             return
         receiver = dotted_name(func.value)
-        if receiver is None or not model_like(receiver) or not self._handed_over(call, receiver):
+        if receiver is None or not self._handed_over(call, receiver):
             return
         bare = f"({receiver}.module if isinstance({receiver}, {self.names.ddp}) else {receiver})"
         self.plan.replace(call, lambda updated: updated.with_changes(
@@ -529,7 +529,7 @@ class _Finder:
         if name in MODULE_API or name.startswith("__"):
             return
         receiver = dotted_name(attribute.value)
-        if receiver is None or not model_like(receiver) or not self._handed_over(attribute, receiver):
+        if receiver is None or not self._handed_over(attribute, receiver):
             return
         if isinstance(self.parents.get(attribute), (cst.AssignTarget, cst.AugAssign)):
             return  # `self.model.tag = x`: set on whatever it is, read back the same way
@@ -545,7 +545,7 @@ class _Finder:
         if not (isinstance(call.func, cst.Name) and call.func.value in ("type", "isinstance") and call.args):
             return
         receiver = dotted_name(call.args[0].value)
-        if receiver is None or not model_like(receiver) or not self._handed_over(call, receiver):
+        if receiver is None or not self._handed_over(call, receiver):
             return
         if call.func.value == "isinstance" and len(call.args) > 1 and (
             "DataParallel" in source_of(call.args[1].value) or source_of(call.args[1].value) in (self.names.ddp, "DDP")
@@ -619,19 +619,30 @@ class _Finder:
         self.plan.need_import("os")
         self._change(MODULE_SHARED_FOLDERS.code, call, "folder created with exist_ok under torchrun (every rank creates it)")
 
-    def _handed_over(self, call: cst.CSTNode, receiver: str) -> bool:
-        """`self.model` or a parameter of the function: a model that may come from the training
-        script (wrapped in DDP). A model the function builds itself (`model = ResNet(); model.load_state_dict(...)`)
-        never is."""
-        root = receiver.split(".")[0]
-        if root == "self":
-            return True
-        function = self._enclosing(call, cst.FunctionDef)
-        if function is None:
+    def _handed_over(self, node: cst.CSTNode, receiver: str) -> bool:
+        """Is `receiver` the script's model where `node` is? Followed from the script's calls into
+        the project (migrator.graph.values), whatever it is called: `self.model`, `net`, `self.G`,
+        a local `model = self.model`; never a name that only looks like one (`self.model_dir`)."""
+        if self.role.models is None:
             return False
-        if root in {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}:
-            return True
-        return root in aliases_of_self(function)
+        cls, method = self._top_level_scope(node)
+        return self.role.models.holds(method, cls, receiver)
+
+    def _top_level_scope(self, node: cst.CSTNode) -> Tuple[Optional[str], Optional[str]]:
+        """(the module-level class around `node`, the method of it, or the module-level function)."""
+        chain = []
+        current = self.parents.get(node)
+        while current is not None and current is not self.module:
+            if isinstance(current, (cst.FunctionDef, cst.ClassDef)):
+                chain.append(current)
+            current = self.parents.get(current)
+        chain.reverse()  # outermost first
+        if not chain:
+            return None, None
+        if isinstance(chain[0], cst.ClassDef):
+            method = chain[1].name.value if len(chain) > 1 and isinstance(chain[1], cst.FunctionDef) else None
+            return chain[0].name.value, method
+        return None, chain[0].name.value
 
     # ----------------------------------------------------------------- helpers
     def _statement(self, node: cst.CSTNode) -> Optional[cst.SimpleStatementLine]:

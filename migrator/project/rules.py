@@ -271,7 +271,11 @@ MODULE_CHECKPOINT_KEYS = Rule(
     what="""
 In project mode, when the training script's model was not wrapped in DataParallel for good (its
 checkpoints had the bare module's keys), `model.state_dict()` and `model.load_state_dict(...)` on
-a model-named object in an imported module go through `.module` when the model is wrapped in DDP.""",
+the script's model in an imported module go through `.module` when the model is wrapped in DDP.
+The model is followed from the script's calls into the module (`Trainer(model, ...)`,
+`save_checkpoint(model, epoch)`): through parameters, `self.x = model`, a local `net = self.x`, the
+functions it is passed on to and base classes, whatever it is called there; an object that is only
+named like a model (`self.model_dir`) is left alone.""",
     why="""
 DDP's own `state_dict()` prefixes every key with `module.`: checkpoints written after the
 migration would no longer load into the unwrapped model (an evaluation script, a resumed run).""",
@@ -300,6 +304,7 @@ class BaseTrainer:
             return  # one copy of each checkpoint: rank 0 writes it
         torch.save({"epoch": epoch, "state_dict": (self.model.module if isinstance(self.model, DDP) else self.model).state_dict()}, f"epoch{epoch}.pth")
 ''',
+            handed=(("BaseTrainer", "self.model"),),
         ),
         Example(
             id="optimizer-state",
@@ -362,7 +367,8 @@ MODULE_MODEL_API = Rule(
     what="""
 In project mode, a module that a migrated training script imports uses what the user's model
 class defines on the model it is handed (`self.model.encoder`, `model.configure_optimizers(cfg)`,
-`self.model.get_1x_lr_params()`): it goes through `.module` when the model is wrapped in DDP.""",
+`self.model.get_1x_lr_params()`): it goes through `.module` when the model is wrapped in DDP. The
+model is the one the script hands over, followed as for DDP033, whatever the module calls it.""",
     why="""
 DistributedDataParallel forwards the forward pass and nn.Module's own API (parameters,
 state_dict, train/eval, to), not the attributes of the class it wraps: `ddp.encoder` raises
@@ -394,6 +400,23 @@ class Trainer:
         self.model = model
         self.optimizer = (self.model.module if isinstance(self.model, DDP) else self.model).configure_optimizers(config)
 ''',
+            handed=(("Trainer", "self.model"),),
+        ),
+        Example(
+            id="named-like-the-model",
+            before='''import torch
+
+
+class Trainer:
+    def __init__(self, model, model_dir):
+        self.model = model
+        self.model_dir = model_dir
+
+    def checkpoint_path(self, epoch):
+        return self.model_dir.joinpath(f"epoch{epoch}.pt")
+''',
+            handed=(("Trainer", "self.model"),),
+            fires=False,
         ),
         Example(
             id="module-api-is-forwarded",

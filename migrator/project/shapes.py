@@ -113,23 +113,6 @@ def with_sampler(shuffle: cst.Arg, new_shuffle: str, name: str):
 
     return replace
 
-def aliases_of_self(function: cst.FunctionDef) -> Set[str]:
-    """Locals bound to an attribute of `self`: `model = self.model`, `model, config = self.model, self.config`."""
-    found: Set[str] = set()
-    for node in walk(function.body):
-        if not isinstance(node, cst.Assign) or len(node.targets) != 1:
-            continue
-        target, value = node.targets[0].target, node.value
-        pairs = []
-        if isinstance(target, cst.Name):
-            pairs = [(target, value)]
-        elif isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple) and len(target.elements) == len(value.elements):
-            pairs = [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
-        for name, bound in pairs:
-            if isinstance(name, cst.Name) and (dotted_name(bound) or "").startswith("self."):
-                found.add(name.value)
-    return found
-
 def main_guards(module: cst.Module) -> List[cst.If]:
     return [
         statement for statement in module.body
@@ -226,10 +209,6 @@ def first_statement(function: cst.FunctionDef) -> cst.BaseStatement:
             and isinstance(first.body[0], cst.Expr) and isinstance(first.body[0].value, (cst.SimpleString, cst.ConcatenatedString))):
         return body[1]
     return first
-
-def model_like(receiver: str) -> bool:
-    last = receiver.split(".")[-1].lower()
-    return ("model" in last or last in ("net", "network", "netg", "netd")) and "optim" not in last and "ema" not in last
 
 def assigned_target(statement: cst.SimpleStatementLine) -> Optional[str]:
     small = statement.body[0]

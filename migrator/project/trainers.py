@@ -73,7 +73,7 @@ def migrate_together(
         given = graph.walked(path)
         for file, result in outcome:
             replaced[file.path] = ProjectFile(file.path, file.display, file.text, result.code if rewrite else None,
-                                              result.changes, result.diagnostics, file.distributed)
+                                              result.changes, result.diagnostics, file.distributed, result.models)
             if given:
                 updates[file.path] = Update(result.code if rewrite else None, result.changes, result.diagnostics, replaces=True)
             elif file is not module:

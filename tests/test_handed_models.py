@@ -1,0 +1,146 @@
+"""Where a training script's model goes in its project's modules (migrator.graph.values): followed
+from the script's calls over parameters, `self.x`, locals, calls and base classes, never by name."""
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+from migrator.context import ProjectModules, package_of
+from migrator.graph.modules import INDEX, ModuleSummary
+from migrator.graph.values import handed_models
+
+
+def _tree(root: Path, files: dict) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+def _handed(root: Path, files: dict, models=("model",), script="train.py") -> dict:
+    _tree(root, files)
+    INDEX.clear()
+    path = (root / script).resolve()
+    summary = ModuleSummary(str(path), path.read_text(), package_of(path))
+    found = handed_models(ProjectModules.for_script(path).roots, summary, models)
+    return {os.path.relpath(os.path.realpath(p), root.resolve()): r.scopes for p, r in found.items()}
+
+
+def test_a_parameter_and_the_functions_it_is_passed_on_to(tmp_path):
+    found = _handed(tmp_path, {
+        "train.py": """
+            from train_eval import train
+            model = Net()
+            train(config, model, loader)
+        """,
+        "train_eval.py": """
+            def train(config, net, loader):
+                for x in loader:
+                    net(x).sum().backward()
+                evaluate(config, model=net)
+
+            def evaluate(config, model):
+                model.eval()
+
+            def unrelated(model):
+                return model
+        """,
+    })
+    assert found == {"train_eval.py": {"train": {"net"}, "evaluate": {"model"}}}
+
+
+def test_self_attributes_of_a_class_and_a_local_alias(tmp_path):
+    found = _handed(tmp_path, {
+        "train.py": """
+            from engine import Trainer
+            classifier = Net()
+            trainer = Trainer(classifier, model_dir="runs")
+            trainer.fit(epochs=2)
+        """,
+        "engine.py": """
+            class Trainer:
+                def __init__(self, backbone, model_dir):
+                    self.backbone = backbone.to("cpu")
+                    self.model_dir = model_dir
+
+                def fit(self, epochs):
+                    net = self.backbone
+                    return net
+        """,
+    }, models=("classifier",))
+    assert found == {"engine.py": {"Trainer.__init__": {"backbone"}, "Trainer": {"self.backbone"}, "Trainer.fit": {"net"}}}
+
+
+def test_a_base_class_in_another_package_through_a_star_reexport(tmp_path):
+    found = _handed(tmp_path, {
+        "train.py": """
+            from trainer import Trainer
+            model = Net()
+            Trainer(model, criterion, optimizer).train()
+        """,
+        "trainer/__init__.py": "from .trainer import *\n",
+        "trainer/trainer.py": """
+            from base import BaseTrainer
+
+            class Trainer(BaseTrainer):
+                def __init__(self, model, criterion, optimizer):
+                    super().__init__(model, criterion, optimizer)
+
+                def _train_epoch(self, epoch):
+                    self.model.train()
+        """,
+        "base/__init__.py": "from .base_trainer import *\n",
+        "base/base_trainer.py": """
+            class BaseTrainer:
+                def __init__(self, model, criterion, optimizer):
+                    self.model = model
+                    self.criterion = criterion
+        """,
+    })
+    assert found["base/base_trainer.py"] == {"BaseTrainer.__init__": {"model"}, "BaseTrainer": {"self.model"}}
+    assert found["trainer/trainer.py"]["Trainer"] == {"self.model"}
+
+
+def test_a_method_of_an_instance_and_an_inherited_init(tmp_path):
+    found = _handed(tmp_path, {
+        "train.py": """
+            from lib import Runner, save_checkpoint
+            runner = Runner()
+            runner.fit(model, loader)
+            save_checkpoint(model=model, epoch=3)
+        """,
+        "lib.py": """
+            class Base:
+                def fit(self, network, loader):
+                    self.network = network
+
+            class Runner(Base):
+                pass
+
+            def save_checkpoint(model, epoch):
+                return model.state_dict()
+        """,
+    })
+    # the subclass reads what its inherited method kept, in its own methods too
+    assert found == {"lib.py": {"Base.fit": {"network"}, "Base": {"self.network"}, "Runner": {"self.network"},
+                                "save_checkpoint": {"model"}}}
+
+
+def test_nothing_that_is_not_handed_the_model(tmp_path):
+    found = _handed(tmp_path, {
+        "train.py": """
+            from helpers import build, log
+            model = build(config)
+            log(config, "started")
+        """,
+        "helpers.py": """
+            def build(config):
+                model = Net(config)
+                return model
+
+            def log(config, message):
+                print(message)
+        """,
+    })
+    assert found == {}
