@@ -27,18 +27,19 @@ class Example:
     path: Optional[str] = None  # the file name it is checked under (`tests/test_model.py`), when that matters
     # Options fields it runs with: (("eval", "sharded"),) is `--eval sharded`, (("spawn", True),) is `--spawn`
     options: Tuple[Tuple[str, object], ...] = ()
-    # Project mode's examples (a module a training script imports): where the script's model is read
-    # in the module, as project mode follows it from the script's calls: (("Trainer", "self.model"),)
-    # is "the script calls Trainer(model, ...), kept as self.model" (migrator.graph.values).
-    handed: Tuple[Tuple[str, str], ...] = ()
+    # Project mode's examples (a module a training script imports): where the script's model, loader
+    # or epoch is read in the module, as project mode follows it from the script's calls:
+    # (("model", "Trainer", "self.model"),) is "the script calls Trainer(model, ...), kept as
+    # self.model" (migrator.graph.values).
+    handed: Tuple[Tuple[str, str, str], ...] = ()
 
     @property
     def handed_caption(self) -> str:
-        """` (the script's model is `self.model` in `Trainer`)`, for the docs; empty without `handed`."""
+        """` (the training script hands over its model as `self.model` in `Trainer`)`, for the docs."""
         if not self.handed:
             return ""
-        where = ", ".join(f"`{spelled}` in `{scope}`" for scope, spelled in self.handed)
-        return f" (the training script's model is {where})"
+        where = ", ".join(f"its {kind} as `{spelled}` in `{scope}`" for kind, scope, spelled in self.handed)
+        return f" (the training script hands over {where})"
 
     @property
     def flags(self) -> str:

@@ -15,10 +15,11 @@ PROJECT_CODES = {rule.code for rule in PROJECT_RULES}
 EXAMPLES = [pytest.param(rule, example, id=f"{rule.code}-{example.id}") for rule in RULES for example in rule.examples]
 
 
-def _receivers(handed):
+def _receivers(handed, kind):
     found = Receivers()
-    for scope, spelled in handed:
-        found.add(scope, spelled)
+    for of, scope, spelled in handed:
+        if of == kind:
+            found.add(scope, spelled)
     return found
 
 
@@ -26,7 +27,8 @@ def _run(rule, source, path=None, options=(), handed=()):
     if rule.code in LAUNCHER_CODES:
         return migrate_launcher(source, EXAMPLE_KIND)
     if rule.code in PROJECT_CODES:
-        return migrate_module(source, ModuleRole(entries=("train.py",), models=_receivers(handed)))
+        role = ModuleRole(entries=("train.py",), models=_receivers(handed, "model"), epochs=_receivers(handed, "epoch"))
+        return migrate_module(source, role)
     return migrate(source, Options(**dict(options)), context=FileContext(path=path) if path else None)
 
 

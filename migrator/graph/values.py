@@ -16,8 +16,9 @@ parsed once per process); a name is followed once per (definition, parameter).
 from __future__ import annotations
 
 import ast
+import os
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from migrator.graph.modules import NOT_PROJECT_PACKAGES, ModuleSummary, dotted, lookup
 
@@ -27,8 +28,8 @@ Spec = str  # the parameter a call fills: "#0" (a position, `self` not counted) 
 
 @dataclass
 class Receivers:
-    """One module's spellings of the handed-over model: by top-level function (`train`), by
-    method (`Trainer.fit`), and by class (`self.model`, read in any of its methods)."""
+    """One module's spellings of a handed-over value: by top-level function (`train`), by method
+    (`Trainer.fit`), by class (`self.model`, read in any of its methods), and `<module>`."""
 
     scopes: Dict[str, Set[str]] = field(default_factory=dict)
 
@@ -41,31 +42,138 @@ class Receivers:
             if spelled in self.scopes.get(cls, ()) or (function and spelled in self.scopes.get(f"{cls}.{function}", ())):
                 return True
             return False
-        return function is not None and spelled in self.scopes.get(function, ())
+        return spelled in self.scopes.get(function or "<module>", ())
+
+
+@dataclass
+class Handed:
+    """What a module is handed by the training scripts: where their model and their epoch number
+    are read there."""
+
+    models: Receivers = field(default_factory=Receivers)
+    epochs: Receivers = field(default_factory=Receivers)
+
+    def merge(self, other: "Handed") -> None:
+        for mine, theirs in ((self.models, other.models), (self.epochs, other.epochs)):
+            for scope, spelled in theirs.scopes.items():
+                for name in spelled:
+                    mine.add(scope, name)
 
 
 def handed_models(roots: Roots, script: ModuleSummary, models: Iterable[str]) -> Dict[str, Receivers]:
     """Module path -> where the script's `models` (as the script spells them) are read there."""
-    wanted = set(models)
-    flow = _Flow(roots)
-    if not wanted or script.tree is None:
+    return {path: handed.models for path, handed in handed_values(roots, script, models).items() if handed.models.scopes}
+
+
+def handed_values(roots: Roots, script: ModuleSummary, models: Iterable[str], family: Family = ()) -> Dict[str, Handed]:
+    """Module path -> where the script's `models` and the variable of an epoch loop around the call
+    (`for epoch in range(n): trainer.train_epoch(epoch)`) are read there."""
+    if script.tree is None:
         return {}
+    wanted = set(models)
+    flows = {kind: _Flow(roots, family) for kind in ("models", "epochs")}
     classes = _instances(script)  # `trainer = Trainer(...)`: `trainer.fit(model)` runs Trainer.fit
-    for call in (n for n in ast.walk(script.tree) if isinstance(n, ast.Call)):
-        target = _qualified(script, call.func, classes)
-        if target is None:
-            continue
+    epochs = _epoch_variables(script.tree)
+    for cls, call in _calls(script.tree):
         for spec, value in _arguments(call):
-            if dotted(value) in wanted:
-                flow.seed(target, spec)
-    return flow.found
+            spelled = dotted(value)
+            if spelled in wanted:
+                kind = "models"
+            elif isinstance(value, ast.Name) and value.id in epochs.get(call, ()):
+                kind = "epochs"
+            else:
+                continue
+            flows[kind].call(script, call, cls, spec, classes)
+    found: Dict[str, Handed] = {}
+    for kind, flow in flows.items():
+        for path, receivers in flow.found.items():
+            setattr(found.setdefault(path, Handed()), kind, receivers)
+    return found
+
+
+def _definition(roots: Roots, module: ModuleSummary, name: str) -> Optional[Tuple[ModuleSummary, ast.AST]]:
+    """The function or class `name` (as spelled in `module`) names: of `module`, or of the project."""
+    local = module.definitions.get(name)
+    if local is not None:
+        return module, local
+    head, _, rest = name.partition(".")
+    source = module.imports.get(head)
+    if source is None or source.split(".")[0] in NOT_PROJECT_PACKAGES or source.startswith("torch"):
+        return None
+    found = _Flow(roots)._resolve(f"{source}.{rest}" if rest else source)
+    return (found[0], found[1]) if found is not None else None
+
+
+def _epoch_variables(tree: ast.Module) -> Dict[ast.Call, Set[str]]:
+    """Call -> the variables of the `for v in range(...)` loops around it (a pass over the data each)."""
+    found: Dict[ast.Call, Set[str]] = {}
+    for loop in (n for n in ast.walk(tree) if isinstance(n, ast.For) and isinstance(n.target, ast.Name)):
+        if not _counts(loop.iter):
+            continue
+        for call in (n for statement in loop.body for n in ast.walk(statement) if isinstance(n, ast.Call)):
+            found.setdefault(call, set()).add(loop.target.id)
+    return found
+
+
+def _counts(iterated: ast.expr) -> bool:
+    """`range(...)`, `trange(...)`, `tqdm(range(...))`: a loop that counts."""
+    while isinstance(iterated, ast.Call):
+        name = (dotted(iterated.func) or "").split(".")[-1]
+        if name in ("range", "trange"):
+            return True
+        if name != "tqdm" or not iterated.args:
+            return False
+        iterated = iterated.args[0]
+    return False
+
+
+Family = Sequence[Tuple[ModuleSummary, ast.ClassDef]]
 
 
 class _Flow:
-    def __init__(self, roots: Roots) -> None:
+    def __init__(self, roots: Roots, family: Family = ()) -> None:
         self.roots = roots
+        # Classes of the planned modules: `self._train_epoch(epoch)` in a base class runs a
+        # subclass's override, which gets the value too.
+        self.family = family
         self.found: Dict[str, Receivers] = {}
         self._done: Set[Tuple[str, str, Spec]] = set()
+
+    def call(self, module: ModuleSummary, call: ast.Call, cls: Optional[ast.ClassDef], spec: Spec,
+             classes: Dict[str, object]) -> None:
+        """`call` in `module` (in a method of `cls`) hands the value over in its argument `spec`."""
+        target = _callee(module, call.func, cls)
+        name = dotted(call.func) or ""
+        head, _, rest = name.partition(".")
+        if target is None and head in classes and rest:  # `trainer.fit(model)`, `trainer = Trainer(...)` above
+            built = classes[head]
+            target = (built, rest) if isinstance(built, ast.ClassDef) else f"{built}.{rest}"
+        if isinstance(target, tuple):
+            self._class(module, target[0], target[1], spec)
+            if head == "self":
+                for owner, subclass in self._subclasses(module, target[0]):
+                    self._class(owner, subclass, target[1], spec)
+        elif isinstance(target, str):
+            self.seed(target, spec)
+        elif target is not None:
+            self._function(module, target, None, spec)
+
+    def _subclasses(self, module: ModuleSummary, cls: ast.ClassDef) -> Iterable[Tuple[ModuleSummary, ast.ClassDef]]:
+        """The classes of the family built on `cls` (directly or through others)."""
+        wanted = {(os.path.realpath(module.path), cls.name)}
+        found: List[Tuple[ModuleSummary, ast.ClassDef]] = []
+        for _ in range(3):  # grandchildren too
+            for owner, candidate in self.family:
+                key = (os.path.realpath(owner.path), candidate.name)
+                if key in wanted:
+                    continue
+                for base in candidate.bases:
+                    resolved = _definition(self.roots, owner, dotted(base) or "")
+                    if resolved is not None and (os.path.realpath(resolved[0].path), getattr(resolved[1], "name", "")) in wanted:
+                        wanted.add(key)
+                        found.append((owner, candidate))
+                        break
+        return found
 
     def seed(self, qualified: str, spec: Spec) -> None:
         found = self._resolve(qualified)
@@ -198,17 +306,11 @@ class _Flow:
         return found
 
     def _pass_on(self, module: ModuleSummary, fn: ast.AST, cls: Optional[ast.ClassDef], spelled: Set[str]) -> None:
-        """Calls in `fn` that hand the model on, to code of this module or of the project."""
+        """Calls in `fn` that hand the value on, to code of this module or of the project."""
         for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
-            handed = [spec for spec, value in _arguments(call) if dotted(value) in spelled]
-            target = _callee(module, call.func, cls) if handed else None
-            for spec in handed if target is not None else ():
-                if isinstance(target, tuple):
-                    self._class(module, target[0], target[1], spec)
-                elif isinstance(target, str):
-                    self.seed(target, spec)
-                else:
-                    self._function(module, target, None, spec)
+            for spec, value in _arguments(call):
+                if dotted(value) in spelled:
+                    self.call(module, call, cls, spec, {})
 
 
 def _callee(module: ModuleSummary, func: ast.expr, cls: Optional[ast.ClassDef]):
@@ -231,7 +333,14 @@ def _callee(module: ModuleSummary, func: ast.expr, cls: Optional[ast.ClassDef]):
     return f"{source}.{rest}" if rest else source
 
 
-def _qualified(script: ModuleSummary, func: ast.expr, classes: Dict[str, str]) -> Optional[str]:
+def _calls(tree: ast.Module) -> Iterable[Tuple[Optional[ast.ClassDef], ast.Call]]:
+    """Every call of the module, with the top-level class it is in (None outside any)."""
+    for node in tree.body:
+        cls = node if isinstance(node, ast.ClassDef) else None
+        yield from ((cls, n) for n in ast.walk(node) if isinstance(n, ast.Call))
+
+
+def _qualified(script: ModuleSummary, func: ast.expr, classes: Dict[str, object]) -> Optional[str]:
     name = dotted(func)
     if name is None:
         return None
@@ -244,12 +353,15 @@ def _qualified(script: ModuleSummary, func: ast.expr, classes: Dict[str, str]) -
     return f"{source}.{rest}" if rest else source
 
 
-def _instances(script: ModuleSummary) -> Dict[str, str]:
-    """`trainer = Trainer(...)` with `Trainer` imported from the project: name -> the class."""
-    found: Dict[str, str] = {}
+def _instances(script: ModuleSummary) -> Dict[str, object]:
+    """`trainer = Trainer(...)`: name -> the class, imported from the project (its qualified name)
+    or defined in the script (its definition)."""
+    found: Dict[str, object] = {}
     for node in ast.walk(script.tree):  # type: ignore[arg-type]
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call):
-            target, cls = dotted(node.targets[0]), _qualified(script, node.value.func, {})
+            target, name = dotted(node.targets[0]), dotted(node.value.func)
+            local = script.definitions.get(name or "")
+            cls = local if isinstance(local, ast.ClassDef) else _qualified(script, node.value.func, {})
             if target and cls:
                 found[target] = cls
     return found

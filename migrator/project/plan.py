@@ -26,7 +26,7 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from migrator.context import ProjectModules, package_of
 from migrator.graph.modules import ModuleSummary
-from migrator.graph.values import Receivers, handed_models
+from migrator.graph.values import Family, Handed, Receivers, handed_values
 from migrator.options import Options
 from migrator.project.graph import ProjectGraph
 from migrator.project.outcome import ProjectFile, Update, plannable, relative
@@ -93,13 +93,14 @@ def _planned_with_entries(files: Sequence[ProjectFile], graph: ProjectGraph, opt
             else:
                 outside.setdefault(entry.path, []).append((module, chain))
     made: Dict[str, FrozenSet[str]] = {}  # entry -> the codes its modules got
-    handed = {entry.path: _handed_models(entry) for entry in entries}  # module -> where the entry's models are read
+    handed = {entry.path: _handed(entry) for entry in entries}  # module -> where the entry's model and epoch are read
+    inside = _handed_inside([by_path[m] for m in roles])  # ... and what the modules hand each other
     wrapping = {entry.path: _dataparallel_use(entry.text) for entry in entries}  # each script parsed once
     for module, reaching in roles.items():
         batch, why = _batch_mode(options, [wrapping[e.path][0] for e in reaching])
         role = ModuleRole(tuple(e.display for e in reaching), unwrap_keys=not any(wrapping[e.path][1] for e in reaching),
                           batch=batch, batch_why=why, used=used.get(module),
-                          models=_merged([handed[e.path].get(module) for e in reaching]),
+                          **_merged([handed[e.path].get(module) for e in reaching] + [inside.get(module)]),
                           **({"pieces": (MODULE_SET_EPOCH.code,)} if module in together else {}))
         current = by_path[module]
         update = _module_update(current, role, options, rewrite)
@@ -162,7 +163,10 @@ def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Opt
     diagnostics: List[Diagnostic] = []
     if not any(c.code == SET_EPOCH_CODE for c in entry.changes):
         try:
-            result, code = _planned(entry, ModuleRole((entry.display,), pieces=(MODULE_SET_EPOCH.code,)), options, rewrite)
+            # its own epochs, handed to its own helpers
+            role = ModuleRole((entry.display,), pieces=(MODULE_SET_EPOCH.code,),
+                              **_merged([_handed(entry).get(os.path.realpath(entry.path))]))
+            result, code = _planned(entry, role, options, rewrite)
         except Exception:  # noqa: BLE001
             result = None
         if result is not None and result.changes:
@@ -174,7 +178,7 @@ def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Opt
         if text is None:
             continue
         try:
-            role = ModuleRole((entry.display,), models=_handed_models(entry).get(module))
+            role = ModuleRole((entry.display,), **_merged([_handed(entry).get(module)]))
             needs = migrate_module(text, role, options, rewrite=False)
         except Exception:  # noqa: BLE001
             continue
@@ -192,27 +196,43 @@ def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Opt
     return Update(code, changes, tuple(d for d in diagnostics if options.enabled(d.code)), frozenset(dropped))
 
 
-def _handed_models(entry: ProjectFile) -> Dict[str, Receivers]:
-    """Module (real path) -> where the models the engine wrapped in `entry` are read there."""
-    if not entry.models:
-        return {}
+def _summary(entry: ProjectFile) -> Tuple[ModuleSummary, Tuple[str, ...]]:
     here = Path(entry.path)
-    script = ModuleSummary(entry.path, entry.text, package_of(here))
-    found = handed_models(ProjectModules.for_script(here).roots, script, entry.models)
-    return {os.path.realpath(path): receivers for path, receivers in found.items()}
+    return ModuleSummary(entry.path, entry.text, package_of(here)), ProjectModules.for_script(here).roots
 
 
-def _merged(found: List[Optional[Receivers]]) -> Optional[Receivers]:
-    """The receivers of several scripts in one module (None: no script hands it a model)."""
-    known = [r for r in found if r is not None]
+def _handed(entry: ProjectFile, family: Family = ()) -> Dict[str, Handed]:
+    """File (real path) -> where `entry`'s wrapped models and its epoch are read there (the script
+    itself included: its own helpers).
+    `family`: the classes of the planned modules, for a method a base class calls on `self`."""
+    script, roots = _summary(entry)
+    found = {os.path.realpath(path): handed for path, handed in handed_values(roots, script, entry.models, family).items()}
+    return found
+
+
+def _handed_inside(modules: Sequence[ProjectFile]) -> Dict[str, Handed]:
+    """What the planned modules hand each other and themselves: their epochs (`for epoch in
+    range(...): self._train_epoch(epoch)` in a base class, run by a subclass's override)."""
+    found: Dict[str, Handed] = {}
+    summaries = [_summary(module)[0] for module in modules]
+    family = [(summary, node) for summary in summaries if summary.tree is not None
+              for node in summary.tree.body if isinstance(node, ast.ClassDef)]
+    for module in modules:
+        for path, handed in _handed(replace(module, models=()), family).items():
+            found.setdefault(path, Handed()).merge(handed)
+    return found
+
+
+def _merged(found: List[Optional[Handed]]) -> Dict[str, Optional[Receivers]]:
+    """ModuleRole's models and epochs, from what several scripts hand one module (None:
+    no script hands it anything)."""
+    known = [h for h in found if h is not None]
     if not known:
-        return None
-    merged = Receivers()
-    for receivers in known:
-        for scope, spelled in receivers.scopes.items():
-            for name in spelled:
-                merged.add(scope, name)
-    return merged
+        return {}
+    merged = Handed()
+    for handed in known:
+        merged.merge(handed)
+    return {"models": merged.models, "epochs": merged.epochs}
 
 
 def _dataparallel_module(reached, graph: ProjectGraph) -> Optional[Tuple[str, Tuple[str, ...], int]]:

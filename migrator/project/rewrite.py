@@ -46,7 +46,6 @@ from migrator.project.rules import (
 )
 from migrator.types import Change, Diagnostic, Result
 from migrator.project.shapes import (
-    EPOCH_NAMES,
     MODULE_API,
     ModuleNames,
     RANK_WORDS,
@@ -95,7 +94,9 @@ class ModuleRole:
     batch: str = "per-process"  # Options.batch as it applies to the scripts (rules.global_batch)
     batch_why: str = ""
     used: Optional[Tuple[str, ...]] = None  # the names the script imports from it (None: the whole module)
-    models: Optional[Receivers] = None  # where the scripts' models are read here (None: no caller known)
+    # Where the scripts' model and epoch number are read here (migrator.graph.values; None: no caller known).
+    models: Optional[Receivers] = None
+    epochs: Optional[Receivers] = None
 
 
 def migrate_module(
@@ -382,16 +383,16 @@ class _Finder:
     def _set_epoch(self, loop: cst.For) -> None:
         function = self._enclosing(loop, cst.FunctionDef)
         loader = iterated_loader(loop.iter, wrappers(function or self.module))
+        # What a training loop walks over is its data, whatever it is called: the set_epoch below
+        # is guarded by the sampler's type, so a list or an iterator of the caller's runs as before.
         if loader is None or not self._trains(loop):
             return
         scope = function or self.module
         if any(isinstance(n, cst.Attribute) and n.attr.value == "set_epoch" for n in walk(scope)):
             return  # the epoch is set already (maybe by the per-file engine, for its own loaders)
-        epoch = self._epoch_in_reach(loop, function)
-        if epoch is None:
-            self._report(loop, f"a training loop over `{loader}`, but no epoch number is in reach here: call "
-                               f"`{loader}.sampler.set_epoch(epoch)` where the epoch loop is, or every epoch repeats one order")
-            return
+        # The epoch number where it is known; else the sampler's own count of passes moves on by one
+        # (each run of this loop is one pass over the loader: all ranks count alike).
+        epoch = self._epoch_in_reach(loop, function) or f"{loader}.sampler.epoch + 1"
         statement = cst.parse_statement(
             f"if isinstance(getattr({loader}, \"sampler\", None), {self.names.sampler}):  # a new order each epoch\n"
             f"    {loader}.sampler.set_epoch({epoch})\n")
@@ -434,14 +435,17 @@ class _Finder:
             isinstance(n, cst.Call) and dotted_name(n.func) == "next" for n in walk(attempt.body))
 
     def _epoch_in_reach(self, loop: cst.For, function: Optional[cst.FunctionDef]) -> Optional[str]:
+        """The variable of a counting loop around `loop` (`for epoch in range(n)`: one pass of the
+        data each), or the epoch the scripts pass in (`trainer.train_epoch(epoch)`)."""
         node = self.parents.get(loop)
         while node is not None and node is not function:
-            if isinstance(node, cst.For) and isinstance(node.target, cst.Name) and "epoch" in node.target.value.lower():
+            if isinstance(node, cst.For) and isinstance(node.target, cst.Name) and _counts(node.iter):
                 return node.target.value
             node = self.parents.get(node)
-        if function is not None:
+        if function is not None and self.role.epochs is not None:
+            cls, method = self._top_level_scope(function.body)
             for param in function.params.params:
-                if param.name.value in EPOCH_NAMES:
+                if self.role.epochs.holds(method, cls, param.name.value):
                     return param.name.value
         return None
 
@@ -671,6 +675,18 @@ class _Finder:
         if self.options.enabled(MODULE_NEEDS_MIGRATION.code, MODULE_NEEDS_MIGRATION.name):
             line, col = self._line_col(node)
             self.plan.diagnostics.append(Diagnostic(MODULE_NEEDS_MIGRATION.code, line, col, message))
+
+
+def _counts(iterated: cst.BaseExpression) -> bool:
+    """`range(...)`, `trange(...)`, `tqdm(range(...))`: a loop that counts (migrator.graph.values' twin)."""
+    while isinstance(iterated, cst.Call):
+        name = (dotted_name(iterated.func) or "").split(".")[-1]
+        if name in ("range", "trange"):
+            return True
+        if name != "tqdm" or not iterated.args:
+            return False
+        iterated = iterated.args[0].value
+    return False
 
 
 def _operand(node: cst.BaseExpression) -> str:

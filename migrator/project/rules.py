@@ -141,10 +141,15 @@ MODULE_SET_EPOCH = Rule(
     name="module-set-epoch",
     summary="a training loop over a loader, in a module the training script imports, sets the sampler's epoch",
     what="""
-In project mode, a loop that trains (calls `backward()` or `step()`) over a loader named like one
-(`self.data_loader`, `train_loader`, `train_iter`, `dataloader`, directly or through `enumerate`,
-`tqdm` or a `tbar = tqdm(loader)` variable) gets `loader.sampler.set_epoch(epoch)` before it, with
-the epoch number in reach: the method's `epoch` parameter or the enclosing `for epoch in ...` loop.
+In project mode, a loop that trains (a backward pass or an optimizer step, here or in the code it
+calls) over a loader, directly or through `enumerate`, `tqdm` or a `tbar = tqdm(loader)` variable,
+gets `loader.sampler.set_epoch(epoch)` before it: what a training loop walks over is its data,
+whatever it is called and wherever it was built (a config factory, `build_loaders(cfg)`), and the
+call is guarded by the sampler's type, so anything else runs as before. The epoch is the variable
+of a counting loop around it (`for epoch in range(...)`), or the one its callers pass in from such
+a loop (`self._train_epoch(epoch)`, followed from the script's calls and the module's own, into a
+subclass's override too); without one, the sampler's own count moves on by one each pass
+(`set_epoch(loader.sampler.epoch + 1)`).
 The migrated script itself gets it too, for loops over loaders its imported modules build.""",
     why="""
 DistributedSampler shuffles by its seed plus the epoch; unless `set_epoch` moves the epoch on,
@@ -153,7 +158,7 @@ every epoch visits the shards in the same order.""",
 `if isinstance(getattr(loader, "sampler", None), DistributedSampler): loader.sampler.set_epoch(epoch)`
 before the loop: it does nothing for a caller whose loader has no DistributedSampler.""",
     fix_safety="""
-Safe. A loop with no epoch number in reach is reported (DDP140); a function that calls
+Safe: a loop over anything without a DistributedSampler runs as before. A function that calls
 `set_epoch` already is left alone.""",
     requires=('DDP001',),
     fixable=True,
@@ -184,6 +189,59 @@ class Trainer:
             self.optimizer.zero_grad()
             self.criterion(self.model(data), target).backward()
             self.optimizer.step()
+''',
+            handed=(("epoch", "Trainer._train_epoch", "epoch"),),
+        ),
+        Example(
+            id="data-from-a-config-factory",
+            before='''import torch
+
+
+class Trainer:
+    def __init__(self, model, optimizer, source):
+        self.model, self.optimizer, self.source = model, optimizer, source  # `config.init_obj("data_loader", ...)`
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            for x, y in self.source:
+                self.optimizer.zero_grad()
+                torch.nn.functional.mse_loss(self.model(x), y).backward()
+                self.optimizer.step()
+''',
+            after='''import torch
+from torch.utils.data.distributed import DistributedSampler
+
+
+class Trainer:
+    def __init__(self, model, optimizer, source):
+        self.model, self.optimizer, self.source = model, optimizer, source  # `config.init_obj("data_loader", ...)`
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            if isinstance(getattr(self.source, "sampler", None), DistributedSampler):  # a new order each epoch
+                self.source.sampler.set_epoch(epoch)
+            for x, y in self.source:
+                self.optimizer.zero_grad()
+                torch.nn.functional.mse_loss(self.model(x), y).backward()
+                self.optimizer.step()
+''',
+        ),
+        Example(
+            id="one-pass-per-call",
+            before='''def train_one_pass(model, optimizer, batches):
+    for x, y in batches:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+''',
+            after='''from torch.utils.data.distributed import DistributedSampler
+def train_one_pass(model, optimizer, batches):
+    if isinstance(getattr(batches, "sampler", None), DistributedSampler):  # a new order each epoch
+        batches.sampler.set_epoch(batches.sampler.epoch + 1)
+    for x, y in batches:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
 ''',
         ),
         Example(
@@ -304,7 +362,7 @@ class BaseTrainer:
             return  # one copy of each checkpoint: rank 0 writes it
         torch.save({"epoch": epoch, "state_dict": (self.model.module if isinstance(self.model, DDP) else self.model).state_dict()}, f"epoch{epoch}.pth")
 ''',
-            handed=(("BaseTrainer", "self.model"),),
+            handed=(("model", "BaseTrainer", "self.model"),),
         ),
         Example(
             id="optimizer-state",
@@ -400,7 +458,7 @@ class Trainer:
         self.model = model
         self.optimizer = (self.model.module if isinstance(self.model, DDP) else self.model).configure_optimizers(config)
 ''',
-            handed=(("Trainer", "self.model"),),
+            handed=(("model", "Trainer", "self.model"),),
         ),
         Example(
             id="named-like-the-model",
@@ -415,7 +473,7 @@ class Trainer:
     def checkpoint_path(self, epoch):
         return self.model_dir.joinpath(f"epoch{epoch}.pt")
 ''',
-            handed=(("Trainer", "self.model"),),
+            handed=(("model", "Trainer", "self.model"),),
             fires=False,
         ),
         Example(

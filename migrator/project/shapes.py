@@ -24,7 +24,6 @@ MODULE_API = frozenset({
     "share_memory", "extra_repr", "device_ids", "output_device",
 })
 
-EPOCH_NAMES = ("epoch", "ep", "cur_epoch", "current_epoch", "epoch_idx", "i_epoch", "epoch_num", "n_epoch")
 
 RANK_WORDS = ("rank", "main_process", "is_master", "master", "is_main", "primary")
 
@@ -128,16 +127,11 @@ def short(node: cst.CSTNode, limit: int = 60) -> str:
     text = " ".join(source_of(node).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
-# Names a training loop's loader goes by (`train_loader`, `train_iter`, `dataloader`, `train_data`);
-# the set_epoch written for it is guarded by an isinstance check, so a list or a custom iterator
-# under such a name is left as it is at run time.
-LOADER_WORDS = ("loader", "iter", "data", "batches")
-
 ITERATION_WRAPPERS = ("enumerate", "tqdm", "tqdm.tqdm", "iter", "trange")
 
 def iterated_loader(node: cst.BaseExpression, wrapped: Dict[str, cst.BaseExpression]) -> Optional[str]:
     """`loader`, `enumerate(self.train_loader)`, `tqdm(enumerate(loader), ...)`, or `tbar` after
-    `tbar = tqdm(self.train_loader)` -> the loader's name, when it is named like one."""
+    `tbar = tqdm(self.train_loader)` -> what the loop walks over, as spelled (a loader or not)."""
     for _ in range(4):
         while isinstance(node, cst.Call) and dotted_name(node.func) in ITERATION_WRAPPERS and node.args:
             node = node.args[0].value
@@ -145,11 +139,7 @@ def iterated_loader(node: cst.BaseExpression, wrapped: Dict[str, cst.BaseExpress
             node = wrapped[node.value]
         else:
             break
-    name = dotted_name(node)
-    if name is None:
-        return None
-    last = name.split(".")[-1].lower()
-    return name if any(word in last for word in LOADER_WORDS) or last in ("dl", "train_dl") else None
+    return dotted_name(node)
 
 def wrappers(scope: cst.CSTNode) -> Dict[str, cst.BaseExpression]:
     """`tbar = tqdm(self.train_loader, ...)` in the function: name -> the wrapping call."""
