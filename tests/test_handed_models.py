@@ -144,3 +144,72 @@ def test_nothing_that_is_not_handed_the_model(tmp_path):
         """,
     })
     assert found == {}
+
+
+def _values(root: Path, files: dict, script: str, family=()) -> dict:
+    from migrator.graph.values import handed_values
+
+    _tree(root, files)
+    INDEX.clear()
+    path = (root / script).resolve()
+    summary = ModuleSummary(str(path), path.read_text(), package_of(path))
+    found = handed_values(ProjectModules.for_script(path).roots, summary, (), family)
+    return {os.path.relpath(os.path.realpath(p), root.resolve()): h.epochs.scopes for p, h in found.items() if h.epochs.scopes}
+
+
+def test_the_epoch_is_the_variable_of_a_counting_loop_around_the_call(tmp_path):
+    found = _values(tmp_path, {
+        "train.py": """
+            from engine import Trainer, evaluate
+
+            def train(epoch):
+                pass
+
+            trainer = Trainer()
+            for epoch in range(1, 10):
+                trainer.train_epoch(epoch)
+                train(epoch)
+            for batch in loader:  # a loop over data, not a count
+                evaluate(batch)
+            steps = [1, 2]
+            for step in steps:
+                evaluate(step)
+        """,
+        "engine.py": """
+            class Trainer:
+                def train_epoch(self, current):
+                    pass
+
+            def evaluate(x):
+                pass
+        """,
+    }, "train.py")
+    assert found == {"engine.py": {"Trainer.train_epoch": {"current"}}, "train.py": {"train": {"epoch"}}}
+
+
+def test_a_base_class_loop_reaches_the_subclass_override(tmp_path):
+    files = {
+        "base.py": """
+            class BaseTrainer:
+                def train(self):
+                    for epoch in range(self.start, self.epochs + 1):
+                        self._train_epoch(epoch)
+
+                def _train_epoch(self, epoch):
+                    raise NotImplementedError
+        """,
+        "trainer.py": """
+            from base import BaseTrainer
+
+            class Trainer(BaseTrainer):
+                def _train_epoch(self, n):
+                    pass
+        """,
+    }
+    _tree(tmp_path, files)
+    INDEX.clear()
+    summaries = [ModuleSummary(str((tmp_path / name).resolve()), (tmp_path / name).read_text(), None) for name in files]
+    family = [(s, node) for s in summaries for node in s.tree.body if node.__class__.__name__ == "ClassDef"]
+    found = _values(tmp_path, files, "base.py", family)
+    assert found == {"base.py": {"BaseTrainer._train_epoch": {"epoch"}}, "trainer.py": {"Trainer._train_epoch": {"n"}}}
+    assert _values(tmp_path, files, "base.py") == {"base.py": {"BaseTrainer._train_epoch": {"epoch"}}}  # no family, no override

@@ -26,6 +26,7 @@ from typing import Dict, Optional, Set, Tuple
 import libcst as cst
 
 from migrator import edits, suppress
+from migrator import names as N
 from migrator.codegen import check_parses, with_imports
 from migrator.analysis.facts import LazyPositions
 from migrator.analysis.passes import call_graph
@@ -48,7 +49,6 @@ from migrator.types import Change, Diagnostic, Result
 from migrator.project.shapes import (
     MODULE_API,
     ModuleNames,
-    RANK_WORDS,
     SAMPLER_KEYWORDS,
     assigned_target,
     bound_names,
@@ -501,11 +501,11 @@ class _Finder:
     def _rank_checked(self, call: cst.CSTNode, function: cst.FunctionDef) -> bool:
         node = self.parents.get(call)
         while node is not None and node is not function:
-            if isinstance(node, cst.If) and any(word in source_of(node.test).lower() for word in RANK_WORDS):
+            if isinstance(node, cst.If) and N.mentions_rank(node.test):  # the engine's one reading of a rank check
                 return True
             node = self.parents.get(node)
         return any(  # an early return for the other ranks at the top of the function
-            isinstance(s, cst.If) and any(w in source_of(s.test).lower() for w in RANK_WORDS)
+            isinstance(s, cst.If) and N.mentions_rank(s.test)
             and any(isinstance(n, cst.Return) for n in walk(s.body))
             for s in function.body.body
         )

@@ -25,7 +25,6 @@ MODULE_API = frozenset({
 })
 
 
-RANK_WORDS = ("rank", "main_process", "is_master", "master", "is_main", "primary")
 
 CHECKPOINT_WORDS = ("state", "checkpoint", "ckpt", "model", "net", "weights")
 
