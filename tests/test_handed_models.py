@@ -8,7 +8,7 @@ from pathlib import Path
 
 from migrator.context import ProjectModules, package_of
 from migrator.graph.modules import INDEX, ModuleSummary
-from migrator.graph.values import handed_models
+from migrator.graph.values import handed_values
 
 
 def _tree(root: Path, files: dict) -> None:
@@ -23,8 +23,8 @@ def _handed(root: Path, files: dict, models=("model",), script="train.py") -> di
     INDEX.clear()
     path = (root / script).resolve()
     summary = ModuleSummary(str(path), path.read_text(), package_of(path))
-    found = handed_models(ProjectModules.for_script(path).roots, summary, models)
-    return {os.path.relpath(os.path.realpath(p), root.resolve()): r.scopes for p, r in found.items()}
+    found = handed_values(ProjectModules.for_script(path).roots, summary, models)
+    return {os.path.relpath(os.path.realpath(p), root.resolve()): h.models.scopes for p, h in found.items() if h.models.scopes}
 
 
 def test_a_parameter_and_the_functions_it_is_passed_on_to(tmp_path):
@@ -147,8 +147,6 @@ def test_nothing_that_is_not_handed_the_model(tmp_path):
 
 
 def _values(root: Path, files: dict, script: str, family=()) -> dict:
-    from migrator.graph.values import handed_values
-
     _tree(root, files)
     INDEX.clear()
     path = (root / script).resolve()

@@ -10,6 +10,11 @@ makes `self.x` the model in every method of the class and of the classes built o
 the spellings of the model in each scope: project mode unwraps exactly those (DDP033, DDP034),
 whatever they are called, and nothing that only shares a name with one (`self.model_dir`).
 
+The epoch number flows the same way, seeded by each call inside a counting loop that passes the
+loop's variable (`for epoch in range(n): trainer.train_epoch(epoch)`, in the script or in a
+module's own base class, whose `self._train_epoch(epoch)` runs a subclass's override): project
+mode's set_epoch uses it (DDP031).
+
 Read with the standard `ast` module from the summaries of migrator.graph.modules (each module is
 parsed once per process); a name is followed once per (definition, parameter).
 """
@@ -58,11 +63,6 @@ class Handed:
             for scope, spelled in theirs.scopes.items():
                 for name in spelled:
                     mine.add(scope, name)
-
-
-def handed_models(roots: Roots, script: ModuleSummary, models: Iterable[str]) -> Dict[str, Receivers]:
-    """Module path -> where the script's `models` (as the script spells them) are read there."""
-    return {path: handed.models for path, handed in handed_values(roots, script, models).items() if handed.models.scopes}
 
 
 def handed_values(roots: Roots, script: ModuleSummary, models: Iterable[str], family: Family = ()) -> Dict[str, Handed]:
