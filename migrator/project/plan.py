@@ -113,7 +113,8 @@ def _planned_with_entries(files: Sequence[ProjectFile], graph: ProjectGraph, opt
         if reaching:
             updates[module] = replace(updates[module], dropped=updates[module].dropped | {UNTRACED_LOADER})
     for entry in entries:
-        updates[entry.path] = _entry_update(entry, outside.get(entry.path, ()), graph, options, rewrite, made.get(entry.path, frozenset()))
+        updates[entry.path] = _entry_update(entry, outside.get(entry.path, ()), graph, options, rewrite,
+                                            made.get(entry.path, frozenset()), handed[entry.path])
     return updates
 
 
@@ -155,7 +156,8 @@ def _planned(file: ProjectFile, role: ModuleRole, options: Options, rewrite: boo
     return found, made.code if made.code != file.code else None
 
 
-def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Options, rewrite: bool, made: FrozenSet[str]) -> Update:
+def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Options, rewrite: bool, made: FrozenSet[str],
+                  handed: Dict[str, Handed]) -> Update:
     """The script's own loops over loaders built elsewhere get set_epoch (DDP031); the modules it
     trains through that were not given are reported on it (DDP140)."""
     code: Optional[str] = None
@@ -165,7 +167,7 @@ def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Opt
         try:
             # its own epochs, handed to its own helpers
             role = ModuleRole((entry.display,), pieces=(MODULE_SET_EPOCH.code,),
-                              **_merged([_handed(entry).get(os.path.realpath(entry.path))]))
+                              **_merged([handed.get(os.path.realpath(entry.path))]))
             result, code = _planned(entry, role, options, rewrite)
         except Exception:  # noqa: BLE001
             result = None
@@ -178,7 +180,7 @@ def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Opt
         if text is None:
             continue
         try:
-            role = ModuleRole((entry.display,), **_merged([_handed(entry).get(module)]))
+            role = ModuleRole((entry.display,), **_merged([handed.get(module)]))
             needs = migrate_module(text, role, options, rewrite=False)
         except Exception:  # noqa: BLE001
             continue
@@ -206,8 +208,7 @@ def _handed(entry: ProjectFile, family: Family = ()) -> Dict[str, Handed]:
     itself included: its own helpers).
     `family`: the classes of the planned modules, for a method a base class calls on `self`."""
     script, roots = _summary(entry)
-    found = {os.path.realpath(path): handed for path, handed in handed_values(roots, script, entry.models, family).items()}
-    return found
+    return {os.path.realpath(path): handed for path, handed in handed_values(roots, script, entry.models, family).items()}
 
 
 def _handed_inside(modules: Sequence[ProjectFile]) -> Dict[str, Handed]:
