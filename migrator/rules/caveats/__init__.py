@@ -59,7 +59,7 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
     for loader in facts.loaders:
         if not loader.training and loader.distributed_sampler:
             if migrating or (
-                _evaluates(loader) and _iterated_here(facts.module, loader.target) and not _combines_ranks(facts.module)
+                _evaluates(loader) and _iterated_here(facts, loader.target) and not _combines_ranks(facts)
             ):
                 _report(facts, plan, EVAL_SHARDED, loader.call, None if migrating else (
                     f"`{loader.target}` reads a DistributedSampler and nothing in this file all-reduces or gathers "
@@ -93,14 +93,14 @@ def _evaluates(loader) -> bool:
     return any(word in name.lower() for name in names for word in ("val", "test", "eval"))
 
 
-def _iterated_here(module: cst.Module, loader: Optional[str]) -> bool:
+def _iterated_here(facts: ScriptFacts, loader: Optional[str]) -> bool:
     """Is the loader looped over in this file (so its metric is computed, unreduced, here)?"""
     if loader is None:
         return False
     name = loader.split(".")[-1]
     return any(
         name in {n.value for n in descendants(loop.iter, cst.Name)} | {a.attr.value for a in descendants(loop.iter, cst.Attribute)}
-        for loop in descendants(module, cst.For)
+        for loop in facts.loops if isinstance(loop, cst.For)
     )
 
 
@@ -108,8 +108,8 @@ def _collective_in(node: cst.If) -> Optional[cst.Call]:
     return next((call for call in descendants(node.body, cst.Call) if attribute_name(call.func) in COLLECTIVE_NAMES), None)
 
 
-def _combines_ranks(module: cst.Module) -> bool:
-    for call in descendants(module, cst.Call):
+def _combines_ranks(facts: ScriptFacts) -> bool:
+    for call in facts.calls:
         name = (call.func.value if isinstance(call.func, cst.Name) else attribute_name(call.func) or "").lower()
         if any(word in name for word in _COMBINING_WORDS):
             return True
