@@ -152,6 +152,8 @@ def test_the_module_alone_says_what_migrating_it_with_its_script_changes(tmp_pat
     hints = [f["message"] for f in files["solver.py"]["findings"] if f["code"] == "DDP140"]
     assert len(hints) == 1 and hints[0].startswith("this module builds and trains its models"), hints
     assert "DDP003: self.model wrapped in DistributedDataParallel" in hints[0]
+    # what project mode adds in the module's own loops is listed too, as a run on the project makes it
+    assert "DDP031: `self.loader.sampler.set_epoch(epoch)` before the training loop" in hints[0], hints[0]
 
 
 def test_a_module_no_script_builds_by_name_says_so_in_project_mode(tmp_path):

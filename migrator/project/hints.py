@@ -15,7 +15,7 @@ import libcst as cst
 from migrator.analysis.facts import LazyPositions
 from migrator.options import Options
 from migrator.project.rewrite import ModuleRole, migrate_module
-from migrator.project.rules import MODULE_NEEDS_MIGRATION
+from migrator.project.rules import MODULE_NEEDS_MIGRATION, MODULE_SET_EPOCH
 from migrator.types import Diagnostic, Result
 
 # The declines of a module whose model comes from a caller elsewhere.
@@ -35,12 +35,12 @@ def library_hint(
         return None
     first = min(declines, key=lambda d: (d.line, d.col))
     if with_its_script is not None and first.code == NO_ENTRY_POINT:
-        return _builds_its_models(first, with_its_script)
+        return _builds_its_models(first, with_its_script, source, options)
     try:
         needs = migrate_module(source, ModuleRole(("the script that calls it",)), options, rewrite=False, parsed=parsed)
     except Exception:  # noqa: BLE001 - a hint is never worth a failure
         return None
-    changes = _listed([f"line {c.line} {c.code}: {c.message}" for c in needs.changes])
+    changes = _listed([f"line {c.line} {c.code}: {c.message}" for c in needs.changes], [c.code for c in needs.changes])
     by_hand = _listed([f"line {d.line}: {d.message}" for d in needs.diagnostics])
     parts = [f"here it would change: {changes}" if changes else "nothing in this module itself needs a rewrite"]
     if by_hand:
@@ -53,19 +53,29 @@ def library_hint(
     return Diagnostic(MODULE_NEEDS_MIGRATION.code, first.line, first.col, message)
 
 
-def _listed(items: Sequence[str]) -> str:
+def _listed(items: Sequence[str], codes: Sequence[str] = ()) -> str:
+    """The first few items; the rest counted, with their codes when given (`and 9 more: DDP012, DDP031`)."""
     shown = "; ".join(items[:_MAX_LISTED])
-    return shown + (f"; and {len(items) - _MAX_LISTED} more" if len(items) > _MAX_LISTED else "")
+    if len(items) <= _MAX_LISTED:
+        return shown
+    rest = sorted(set(codes[_MAX_LISTED:]))
+    return shown + f"; and {len(items) - _MAX_LISTED} more" + (f": {', '.join(rest)}" if rest else "")
 
 
-def _builds_its_models(first: Diagnostic, with_its_script: Callable[[], Result]) -> Optional[Diagnostic]:
+def _builds_its_models(first: Diagnostic, with_its_script: Callable[[], Result], source: str,
+                       options: Options) -> Optional[Diagnostic]:
+    """The engine's changes with the script setting up, and the sampler epochs project mode then
+    sets in the module's own loops (DDP031), as a run on the project would make them."""
     try:
         made = with_its_script()
+        epochs = migrate_module(source, ModuleRole(("the script that uses it",), pieces=(MODULE_SET_EPOCH.code,)),
+                                options, rewrite=False)
     except Exception:  # noqa: BLE001 - a hint is never worth a failure
         return None
     if not made.changes:
         return None
-    changes = _listed([f"line {c.line} {c.code}: {c.message}" for c in made.changes])
+    found = sorted(made.changes + epochs.changes, key=lambda c: (c.line, c.col))
+    changes = _listed([f"line {c.line} {c.code}: {c.message}" for c in found], [c.code for c in found])
     message = (
         "this module builds and trains its models, but the script that runs them is another module, which must set "
         "up the process group, so the file alone cannot be migrated: run ddp-migrate on the project's folder (or "
