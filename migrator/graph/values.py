@@ -91,6 +91,27 @@ def handed_values(roots: Roots, script: ModuleSummary, models: Iterable[str], fa
     return found
 
 
+def _resolve(roots: Roots, qualified: str, depth: int = 0) -> Optional[Tuple[ModuleSummary, ast.AST, Tuple[str, ...]]]:
+    """The definition `qualified` names, through package `__init__` re-exports (`from .x import
+    Trainer`, `from .x import *`)."""
+    found = lookup(roots, qualified)
+    if found is None or depth > 4:
+        return None
+    module, names = found
+    node = module.definitions.get(names[0])
+    if node is not None:
+        return module, node, names
+    source = module.imports.get(names[0])
+    candidates = [".".join((source, *names[1:]))] if source is not None else [
+        ".".join((star, *names)) for star in module.star_imports]
+    for candidate in candidates:
+        if candidate != qualified:
+            resolved = _resolve(roots, candidate, depth + 1)
+            if resolved is not None:
+                return resolved
+    return None
+
+
 def _definition(roots: Roots, module: ModuleSummary, name: str) -> Optional[Tuple[ModuleSummary, ast.AST]]:
     """The function or class `name` (as spelled in `module`) names: of `module`, or of the project."""
     local = module.definitions.get(name)
@@ -100,7 +121,7 @@ def _definition(roots: Roots, module: ModuleSummary, name: str) -> Optional[Tupl
     source = module.imports.get(head)
     if source is None or source.split(".")[0] in NOT_PROJECT_PACKAGES or source.startswith("torch"):
         return None
-    found = _Flow(roots)._resolve(f"{source}.{rest}" if rest else source)
+    found = _resolve(roots, f"{source}.{rest}" if rest else source)
     return (found[0], found[1]) if found is not None else None
 
 
@@ -176,7 +197,7 @@ class _Flow:
         return found
 
     def seed(self, qualified: str, spec: Spec) -> None:
-        found = self._resolve(qualified)
+        found = _resolve(self.roots, qualified)
         if found is None:
             return
         module, node, names = found
@@ -184,26 +205,6 @@ class _Flow:
             self._class(module, node, names[1] if len(names) > 1 else "__init__", spec)
         elif len(names) == 1:
             self._function(module, node, None, spec)
-
-    def _resolve(self, qualified: str, depth: int = 0) -> Optional[Tuple[ModuleSummary, ast.AST, Tuple[str, ...]]]:
-        """The definition `qualified` names, through package `__init__` re-exports (`from .x import
-        Trainer`, `from .x import *`)."""
-        found = lookup(self.roots, qualified)
-        if found is None or depth > 4:
-            return None
-        module, names = found
-        node = module.definitions.get(names[0])
-        if node is not None:
-            return module, node, names
-        source = module.imports.get(names[0])
-        candidates = [".".join((source, *names[1:]))] if source is not None else [
-            ".".join((star, *names)) for star in module.star_imports]
-        for candidate in candidates:
-            if candidate != qualified:
-                resolved = self._resolve(candidate, depth + 1)
-                if resolved is not None:
-                    return resolved
-        return None
 
     def _receivers(self, module: ModuleSummary) -> Receivers:
         return self.found.setdefault(module.path, Receivers())
@@ -243,7 +244,7 @@ class _Flow:
             yield lambda method, spec, qualified=qualified: self._seed_base(qualified, method, spec)
 
     def _seed_base(self, qualified: str, method: str, spec: Spec) -> Set[str]:
-        found = self._resolve(qualified)
+        found = _resolve(self.roots, qualified)
         if found is None or not isinstance(found[1], ast.ClassDef):
             return set()
         return self._class(found[0], found[1], method, spec)

@@ -26,7 +26,7 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from migrator.context import ProjectModules, package_of
 from migrator.graph.modules import ModuleSummary
-from migrator.graph.values import Family, Handed, Receivers, handed_values
+from migrator.graph.values import Handed, Receivers, handed_values
 from migrator.options import Options
 from migrator.project.graph import ProjectGraph
 from migrator.project.outcome import ProjectFile, Update, plannable, relative
@@ -203,25 +203,29 @@ def _summary(entry: ProjectFile) -> Tuple[ModuleSummary, Tuple[str, ...]]:
     return ModuleSummary(entry.path, entry.text, package_of(here)), ProjectModules.for_script(here).roots
 
 
-def _handed(entry: ProjectFile, family: Family = ()) -> Dict[str, Handed]:
+def _handed(entry: ProjectFile) -> Dict[str, Handed]:
     """File (real path) -> where `entry`'s wrapped models and its epoch are read there (the script
-    itself included: its own helpers).
-    `family`: the classes of the planned modules, for a method a base class calls on `self`."""
+    itself included: its own helpers)."""
     script, roots = _summary(entry)
-    return {os.path.realpath(path): handed for path, handed in handed_values(roots, script, entry.models, family).items()}
+    return _by_real_path(handed_values(roots, script, entry.models))
 
 
 def _handed_inside(modules: Sequence[ProjectFile]) -> Dict[str, Handed]:
     """What the planned modules hand each other and themselves: their epochs (`for epoch in
-    range(...): self._train_epoch(epoch)` in a base class, run by a subclass's override)."""
-    found: Dict[str, Handed] = {}
-    summaries = [_summary(module)[0] for module in modules]
-    family = [(summary, node) for summary in summaries if summary.tree is not None
+    range(...): self._train_epoch(epoch)` in a base class, run by a subclass's override, so every
+    planned class is in the family a `self.` call may reach)."""
+    summaries = [_summary(module) for module in modules]  # each module parsed once
+    family = [(summary, node) for summary, _ in summaries if summary.tree is not None
               for node in summary.tree.body if isinstance(node, ast.ClassDef)]
-    for module in modules:
-        for path, handed in _handed(replace(module, models=()), family).items():
+    found: Dict[str, Handed] = {}
+    for summary, roots in summaries:
+        for path, handed in _by_real_path(handed_values(roots, summary, (), family)).items():
             found.setdefault(path, Handed()).merge(handed)
     return found
+
+
+def _by_real_path(found: Dict[str, Handed]) -> Dict[str, Handed]:
+    return {os.path.realpath(path): handed for path, handed in found.items()}
 
 
 def _merged(found: List[Optional[Handed]]) -> Dict[str, Optional[Receivers]]:
