@@ -35,7 +35,7 @@ def library_hint(
         return None
     first = min(declines, key=lambda d: (d.line, d.col))
     if with_its_script is not None and first.code == NO_ENTRY_POINT:
-        return _builds_its_models(first, with_its_script, source, options)
+        return _builds_its_models(first, with_its_script, source, options, parsed)
     try:
         needs = migrate_module(source, ModuleRole(("the script that calls it",)), options, rewrite=False, parsed=parsed)
     except Exception:  # noqa: BLE001 - a hint is never worth a failure
@@ -62,14 +62,14 @@ def _listed(items: Sequence[str], codes: Sequence[str] = ()) -> str:
     return shown + f"; and {len(items) - _MAX_LISTED} more" + (f": {', '.join(rest)}" if rest else "")
 
 
-def _builds_its_models(first: Diagnostic, with_its_script: Callable[[], Result], source: str,
-                       options: Options) -> Optional[Diagnostic]:
+def _builds_its_models(first: Diagnostic, with_its_script: Callable[[], Result], source: str, options: Options,
+                       parsed: Optional[Tuple[cst.Module, LazyPositions]]) -> Optional[Diagnostic]:
     """The engine's changes with the script setting up, and the sampler epochs project mode then
     sets in the module's own loops (DDP031), as a run on the project would make them."""
     try:
         made = with_its_script()
         epochs = migrate_module(source, ModuleRole(("the script that uses it",), pieces=(MODULE_SET_EPOCH.code,)),
-                                options, rewrite=False)
+                                options, rewrite=False, parsed=parsed)
     except Exception:  # noqa: BLE001 - a hint is never worth a failure
         return None
     if not made.changes:
