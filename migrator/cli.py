@@ -22,7 +22,7 @@ from typing import IO, TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Named
 import click
 
 from migrator import __version__, files, render
-from migrator.context import FileContext
+from migrator.context import FileContext, ProjectModules
 from migrator.config import Config, RuleSelection, SelectorError, discover_config, resolve_rules, split_selectors
 from migrator.errors import ConfigError, IntroducedSyntaxError, MigrateError, SourceParseError
 from migrator.options import Options, dropped_note
@@ -719,7 +719,7 @@ def with_project(outcomes: Sequence[Migrated], mode: WriteBack, options: Options
     )
     declined = {diagnostic.code for done, _ in python for diagnostic in done.outcome.diagnostics}
     together = bool(_TRAINS_ELSEWHERE & declined)  # a module that builds and trains its models, or its script
-    if not migrated and not answered and not together:
+    if not migrated and not answered and not together and not _picks_by_name(python):
         return list(outcomes)  # no script to plan with its modules, no module to answer (LibCST stays unloaded)
     from migrator.project.plan import ProjectFile, plan_project
 
@@ -734,6 +734,17 @@ def with_project(outcomes: Sequence[Migrated], mode: WriteBack, options: Options
         updates = _planning_failed(project, exc)
     real_of = {id(done): real for done, real in python}
     return [_updated(done, updates.get(real_of.get(id(done), ""))) for done in outcomes]
+
+
+def _picks_by_name(python: Sequence[Tuple["Migrated", str]]) -> bool:
+    """Does a script that nothing was found in call a factory that imports its model's module by
+    a name chosen at run time (`create_model(opt)`: models/<opt.model>_model.py)? Project mode
+    follows it; read from the import lines, so no syntax tree is built for the others."""
+    from migrator.graph.modules import calls_a_module_factory
+
+    return any(calls_a_module_factory(real, done.source.text, ProjectModules.for_script(Path(real)).roots)
+               for done, real in python
+               if not done.outcome.changes and not done.outcome.diagnostics and "__main__" in done.source.text)
 
 
 def _engine_again(options: Options, mode: WriteBack):

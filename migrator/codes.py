@@ -63,6 +63,8 @@ CODES: Tuple[Tuple[str, str], ...] = (
     ("DDP140", "project-module-needs-migration"),
     ("DDP035", "module-rank-zero-output"),
     ("DDP036", "module-shared-folders"),
+    ("DDP037", "module-network-factory"),
+    ("DDP038", "module-device-list"),
     ("DDP201", "launch-to-torchrun"),
     ("DDP202", "drop-use-env"),
     ("DDP203", "drop-local-rank-arg"),
@@ -95,6 +97,8 @@ REQUIRES: Dict[str, Tuple[str, ...]] = {
     "DDP034": ("DDP003",),
     "DDP035": ("DDP001",),
     "DDP036": ("DDP001",),
+    "DDP037": ("DDP001",),
+    "DDP038": ("DDP001",),
 }
 
 #: Advisories that ask for no action: they never fail --check (every other finding does).

@@ -97,7 +97,20 @@ def _mentions_nothing_to_migrate(path: str) -> bool:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return False
-    return not any(word in text for word in PYTHON_RELEVANT)
+    if any(word in text for word in PYTHON_RELEVANT):
+        return False
+    # A training script that never names torch: its model comes from a factory that imports the
+    # model's module by name (`create_model(opt)`); the CLI follows it (migrator.project).
+    return "__main__" not in text or not _calls_a_module_factory(path, text)
+
+
+def _calls_a_module_factory(path: str, text: str) -> bool:
+    from pathlib import Path
+
+    from migrator.context import ProjectModules
+    from migrator.graph.modules import calls_a_module_factory
+
+    return calls_a_module_factory(path, text, ProjectModules.for_script(Path(path)).roots)
 
 
 def _excluded_by_default(real: str) -> bool:

@@ -313,3 +313,101 @@ def lookup(roots: Tuple[str, ...], qualified: str) -> Optional[Tuple[ModuleSumma
         if found is not None:
             return found, tuple(parts[cut:])
     return None
+
+
+# -- modules chosen by name at run time ----------------------------------------------------------
+# `importlib.import_module("models." + name + "_model")`: a factory that picks the module from an
+# option (an image-to-image framework's --model, a data set's --dataset_mode). Which modules it can
+# pick is read from the constant parts around the one chosen at run time.
+_IMPORT_MODULE = frozenset({"importlib.import_module", "import_module"})
+
+
+def chosen_module_patterns(tree: ast.Module) -> Tuple[Tuple[str, str], ...]:
+    """(prefix, suffix) of each `importlib.import_module(prefix + <name> + suffix)` in `tree`'s
+    functions, with the argument spelled in the call, in a local assigned before it, or as an
+    f-string: ("models.", "_model"). A call with no constant prefix or with more than one part
+    chosen at run time gives nothing: it could name any module."""
+    found: List[Tuple[str, str]] = []
+    for function in ast.walk(tree):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        assigned = {target.id: node.value for node in ast.walk(function) if isinstance(node, ast.Assign)
+                    for target in node.targets if isinstance(target, ast.Name)}
+        for call in ast.walk(function):
+            if isinstance(call, ast.Call) and dotted(call.func) in _IMPORT_MODULE and len(call.args) == 1:
+                argument = call.args[0]
+                if isinstance(argument, ast.Name):
+                    argument = assigned.get(argument.id, argument)
+                pattern = _around_one_name(_string_parts(argument))
+                if pattern is not None and pattern not in found:
+                    found.append(pattern)
+    return tuple(found)
+
+
+def _string_parts(node: ast.AST) -> List[Optional[str]]:
+    """`"a." + x + "_b"` -> ["a.", None, "_b"]: constant strings, None for what is chosen at run time."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _string_parts(node.left) + _string_parts(node.right)
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.JoinedStr):
+        return [value.value if isinstance(value, ast.Constant) else None for value in node.values]
+    return [None]
+
+
+def _around_one_name(parts: List[Optional[str]]) -> Optional[Tuple[str, str]]:
+    if parts.count(None) != 1:
+        return None
+    cut = parts.index(None)
+    prefix, suffix = "".join(parts[:cut]), "".join(parts[cut + 1:])
+    if not prefix.endswith(".") or "." in suffix or not all(p.isidentifier() for p in prefix[:-1].split(".")):
+        return None
+    return prefix, suffix
+
+
+def chosen_files(roots: Tuple[str, ...], patterns: Tuple[Tuple[str, str], ...]) -> List[str]:
+    """The files `patterns` can name (chosen_module_patterns), seen from `roots`: ("models.",
+    "_model") is every `models/<name>_model.py` of the package `models`."""
+    chosen: List[str] = []
+    for prefix, suffix in patterns:
+        package = INDEX.find(roots, prefix[:-1])
+        if package is None or os.path.basename(package) != "__init__.py":
+            continue
+        folder = os.path.dirname(package)
+        for name in sorted(os.listdir(folder)):
+            stem = name[: -len(".py")]
+            if name.endswith(".py") and stem.endswith(suffix) and stem != suffix and stem.isidentifier():
+                found = os.path.realpath(os.path.join(folder, name))
+                if found not in chosen:
+                    chosen.append(found)
+    return chosen
+
+
+def modules_chosen_by(path: str, text: str, roots: Tuple[str, ...]) -> List[str]:
+    """The project files the functions of `path` import by a name chosen at run time."""
+    if "import_module" not in text:
+        return []
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    real = os.path.realpath(path)
+    return [found for found in chosen_files(roots, chosen_module_patterns(tree)) if found != real]
+
+
+def calls_a_module_factory(path: str, text: str, roots: Tuple[str, ...]) -> bool:
+    """Does a module `path` imports (by its import lines) import modules by a name chosen at run
+    time (`from models import create_model`, and models/__init__.py's importlib)? Read without
+    LibCST: the CLI asks it of scripts it found nothing in."""
+    package = None if os.path.basename(path) != "__init__.py" else os.path.basename(os.path.dirname(path))
+    for line in import_lines(text):
+        base = absolute(line.level, line.module, package)
+        if base is None or base.split(".")[0] in NOT_PROJECT_PACKAGES:
+            continue
+        for dotted_module in (base, *(f"{base}.{name}" for name in line.names)):
+            found = INDEX.find(roots, dotted_module)
+            summary = INDEX.summary(found, dotted_module) if found is not None else None
+            if summary is not None and modules_chosen_by(found, summary.text, roots):
+                return True
+    return False
+

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
 
-from migrator.graph.modules import ImportLine, absolute, import_lines
+from migrator.graph.modules import ImportLine, absolute, import_lines, modules_chosen_by
 from migrator.context import ProjectModules, package_of
 
 _MAX_DEPTH = 6  # train.py -> trainer/__init__ -> trainer.trainer -> base/__init__ -> base.base_trainer: 4
@@ -53,9 +53,16 @@ class ProjectGraph:
         if path not in self._edges:
             text = self.text(path)
             found = list(self._resolve_all(path, import_lines(text))) if text else []
-            self._edges[path] = tuple(module for module, _ in found)
+            modules = tuple(module for module, _ in found)
+            # and what its factory imports by a name chosen at run time: each is run through it
+            self._edges[path] = modules + tuple(m for m in self.chosen_modules(path) if m not in modules)
             self._lines.update(((path, module), line) for module, line in found)
         return self._edges[path]
+
+    def imported_through(self, importer: str, module: str, via: str) -> None:
+        """`module` reaches `importer` through the import of `via` (a factory that imports it by
+        name): findings about it go on that import line."""
+        self._lines.setdefault((importer, module), self.import_line(importer, via))
 
     def import_line(self, importer: str, module: str) -> int:
         """The line of `importer` that imports `module` (1 when not known)."""
@@ -85,6 +92,14 @@ class ProjectGraph:
             elif any(self._find(roots, ".".join(base.split(".")[: i + 1])) == module for i in range(base.count("."))):
                 return None  # `import pkg.sub` runs pkg/__init__.py whole
         return tuple(names) if names else None
+
+    def chosen_modules(self, path: str) -> Tuple[str, ...]:
+        """The project modules a factory of `path` can import by a name chosen at run time
+        (`importlib.import_module("models." + name + "_model")`: every `models/*_model.py`)."""
+        text = self.text(path)
+        if not text:
+            return ()
+        return tuple(modules_chosen_by(path, text, ProjectModules.for_script(Path(path)).roots))
 
     def reachable(self, entry: str) -> Iterator[Tuple[str, Tuple[str, ...]]]:
         """Project modules imported by `entry`, directly or through others, breadth first, each

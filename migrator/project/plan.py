@@ -108,10 +108,11 @@ def _planned_with_entries(files: Sequence[ProjectFile], graph: ProjectGraph, opt
             updates[module] = update
             for entry in reaching:
                 made[entry.path] = made.get(entry.path, frozenset()) | {c.code for c in update.changes}
-    for module in together & set(updates):  # migrated with its script: the loaders it is handed are sharded now
+    for module in together:  # migrated with its script: the loaders it is handed, or feeds it from, are sharded now
         reaching = [e for e in roles.get(module, ()) if MODULE_SAMPLER.code in made.get(e.path, frozenset())]
         if reaching:
-            updates[module] = replace(updates[module], dropped=updates[module].dropped | {UNTRACED_LOADER})
+            update = updates.get(module, Update(None))
+            updates[module] = replace(update, dropped=update.dropped | {UNTRACED_LOADER})
     for entry in entries:
         updates[entry.path] = _entry_update(entry, outside.get(entry.path, ()), graph, options, rewrite,
                                             made.get(entry.path, frozenset()), handed[entry.path])

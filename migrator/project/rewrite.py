@@ -11,7 +11,9 @@ group, and plans here (rules in migrator.project.rules):
   DDP033  a model's `state_dict()` / `load_state_dict()` go through `.module` when it is wrapped,
   DDP034  the model's own methods and submodules go through `.module` when it is wrapped,
   DDP035  prints and progress bars show on rank 0,
-  DDP036  folders every rank creates tolerate the others' copy under torchrun.
+  DDP036  folders every rank creates tolerate the others' copy under torchrun,
+  DDP037  a network factory's DataParallel runs only without a process group (migrator.project.devices),
+  DDP038  the GPU list an option parser sets the device from becomes the process's own GPU.
 
 Every edit is conditional on a process group being there (`dist.is_initialized()`,
 `isinstance(model, DDP)`): the module may have other callers (an evaluation script, a notebook)
@@ -35,8 +37,11 @@ from migrator.graph.values import Receivers
 from migrator.bindings import dotted_name
 from migrator.tree import with_keyword
 from migrator.options import Options
+from migrator.project.devices import device_list, factory_dataparallel
 from migrator.project.rules import (
     MODULE_CHECKPOINT_KEYS,
+    MODULE_DEVICE_LIST,
+    MODULE_NETWORK_FACTORY,
     MODULE_MODEL_API,
     MODULE_NEEDS_MIGRATION,
     MODULE_RANK_ZERO_OUTPUT,
@@ -70,6 +75,9 @@ from migrator.project.shapes import (
     wrappers,
 )
 
+# What a module's `.cpu()`, `.to(device)`, `.float()` return: the module itself.
+_RETURNS_ITSELF = frozenset({"cpu", "cuda", "to", "float", "half", "double", "bfloat16"})
+
 # Rank 0 by torchrun's environment (unset: one plain process), with or without a process group.
 ENV_RANK_ZERO = 'int(os.environ.get("RANK", 0)) == 0'
 ENV_NOT_RANK_ZERO = 'int(os.environ.get("RANK", 0)) != 0'
@@ -89,7 +97,8 @@ class ModuleRole:
     """
 
     entries: Tuple[str, ...]
-    pieces: Tuple[str, ...] = ("DDP030", "DDP031", "DDP032", "DDP033", "DDP034", "DDP035", "DDP036")
+    pieces: Tuple[str, ...] = ("DDP030", "DDP031", "DDP032", "DDP033", "DDP034", "DDP035", "DDP036", "DDP037",
+                               "DDP038")
     unwrap_keys: bool = True
     batch: str = "per-process"  # Options.batch as it applies to the scripts (rules.global_batch)
     batch_why: str = ""
@@ -120,7 +129,8 @@ def _migrate_module(
     source: str, options: Options, role: ModuleRole, rewrite: bool,
     parsed: Optional[Tuple[str, Tuple[cst.Module, LazyPositions]]] = None,
 ) -> Result:
-    if not any(word in source for word in ("DataLoader", "loader", "save", "state_dict", "model", "net", "iter", "data", "print", "tqdm")):
+    if not any(word in source for word in ("DataLoader", "loader", "save", "state_dict", "model", "net", "iter", "data", "print", "tqdm",
+                                             "mkdir", "makedirs", "set_device")):
         return Result(code=source, original=source)
     if parsed is not None and parsed[0] == source:  # a suppression's rerun gets other text, parsed anew
         module, positions = parsed[1]
@@ -170,18 +180,23 @@ class _Finder:
         for call in calls if MODULE_SAMPLER.code in role.pieces else ():  # not in the migrated script itself
             if reached is not None and self._top_level_owner(call) not in reached:
                 continue  # in a function the script never reaches from what it imports
-            if (dotted_name(call.func) or "").split(".")[-1] == "DataParallel":
+            if (dotted_name(call.func) or "").split(".")[-1] == "DataParallel" and not self._factory(call):
                 self._report(call, DATAPARALLEL_IN_MODULE + ": the script wraps its model "
                                    "in DDP, and a DataParallel around that breaks it; wrap here in DDP by hand, or drop it")
+        if self._on(MODULE_DEVICE_LIST.code):
+            for call in calls:
+                self._device_list(call)
         if self._on(MODULE_RANK_ZERO_SAVE.code):
             self.saved_paths: Set[str] = set()
             for call in calls:
                 self._save(call)
             for call in calls:
                 self._read_back(call)
-        if self._on(MODULE_CHECKPOINT_KEYS.code) and role.unwrap_keys and ".module." not in source:
+        if self._on(MODULE_CHECKPOINT_KEYS.code):
             for call in calls:
-                self._keys(call)
+                self._wrapper_test(call)
+                if role.unwrap_keys:
+                    self._keys(call, handed=".module." not in source)
         if self._on(MODULE_MODEL_API.code) and role.unwrap_keys and ".module." not in source:
             for node in list(self.parents):
                 if isinstance(node, cst.Attribute) and node not in demo:
@@ -194,6 +209,24 @@ class _Finder:
         if self._on(MODULE_SHARED_FOLDERS.code):
             for call in calls:
                 self._folder(call)
+
+    # ----------------------------------------------------------------- DDP037, DDP038
+    def _factory(self, call: cst.Call) -> bool:
+        """A network factory's `net = DataParallel(net, gpu_ids)`: planned (True), or left to report."""
+        if not self._on(MODULE_NETWORK_FACTORY.code) or not factory_dataparallel(
+                call, self._statement(call), self._enclosing(call, cst.FunctionDef), self.plan, self.names):
+            return False
+        self._change(MODULE_NETWORK_FACTORY.code, call, "DataParallel only without a process group: under torchrun "
+                                                         "the caller wraps the network it returns in DDP")
+        return True
+
+    def _device_list(self, call: cst.Call) -> None:
+        spelled = dotted_name(call.func) or ""
+        if not any(spelled == f"{torch}.cuda.set_device" for torch in self.names.torch_like):
+            return
+        listed = device_list(call, self._statement(call), self._enclosing(call, cst.FunctionDef), self.plan)
+        if listed is not None:
+            self._change(MODULE_DEVICE_LIST.code, call, f"`{listed}` is the process's own GPU (LOCAL_RANK) under torchrun")
 
     def _trains(self, loop: cst.For) -> bool:
         """The engine's one answer (migrator.dataflow.calls), on this module read alone."""
@@ -385,7 +418,7 @@ class _Finder:
         loader = iterated_loader(loop.iter, wrappers(function or self.module))
         # What a training loop walks over is its data, whatever it is called: the set_epoch below
         # is guarded by the sampler's type, so a list or an iterator of the caller's runs as before.
-        if loader is None or not self._trains(loop):
+        if loader is None or not (self._trains(loop) or _one_pass(loop, function, loader)):
             return
         scope = function or self.module
         if any(isinstance(n, cst.Attribute) and n.attr.value == "set_epoch" for n in walk(scope)):
@@ -511,19 +544,57 @@ class _Finder:
         )
 
     # ----------------------------------------------------------------- DDP033
-    def _keys(self, call: cst.Call) -> None:
+    def _keys(self, call: cst.Call, handed: bool) -> None:
+        """`handed`: the scripts' models are looked for (a module that writes `.module.` itself
+        unwraps them already); a network the module picks by name always is."""
         func = call.func
         if not (isinstance(func, cst.Attribute) and func.attr.value in ("state_dict", "load_state_dict")):
             return
-        receiver = dotted_name(func.value)
-        if receiver is None or not self._handed_over(call, receiver):
+        moved = func.value  # `net.cpu().state_dict()`: the keys are the network's
+        while (isinstance(moved, cst.Call) and isinstance(moved.func, cst.Attribute)
+               and moved.func.attr.value in _RETURNS_ITSELF):
+            moved = moved.func.value
+        receiver = dotted_name(moved)
+        if receiver is None or receiver.endswith(".module") or not (
+                handed and self._handed_over(call, receiver) or self._chosen_by_name(call, moved)):
             return
         bare = f"({receiver}.module if isinstance({receiver}, {self.names.ddp}) else {receiver})"
-        self.plan.replace(call, lambda updated: updated.with_changes(
-            func=updated.func.with_changes(value=cst.parse_expression(bare))))
+        self.plan.replace(moved, lambda updated: cst.parse_expression(bare))
         self.names.need(self.plan, ddp=True)
         self._change(MODULE_CHECKPOINT_KEYS.code, call,
                      f"`{receiver}.{func.attr.value}()` through `.module` when it is wrapped in DDP (the original keys)")
+
+    def _chosen_by_name(self, call: cst.Call, receiver: cst.BaseExpression) -> bool:
+        """`net = getattr(self, "net" + name)` in the function: one of the networks a subclass
+        keeps (`self.netG`, `self.netD`), found by its name at run time."""
+        function = self._enclosing(call, cst.FunctionDef)
+        if function is None or not isinstance(receiver, cst.Name):
+            return False
+        for node in walk(function.body):
+            if (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
+                    and node.targets[0].target.value == receiver.value and isinstance(node.value, cst.Call)
+                    and dotted_name(node.value.func) == "getattr" and len(node.value.args) >= 2
+                    and dotted_name(node.value.args[0].value) == "self"
+                    and not isinstance(node.value.args[1].value, cst.SimpleString)):
+                return True
+        return False
+
+    def _wrapper_test(self, call: cst.Call) -> None:
+        """`isinstance(net, torch.nn.DataParallel)` (to unwrap it before loading its keys): DDP is
+        such a wrapper too."""
+        if not (isinstance(call.func, cst.Name) and call.func.value == "isinstance" and len(call.args) == 2):
+            return
+        test = self.parents.get(call)
+        if not (isinstance(test, (cst.If, cst.IfExp)) and test.test is call):
+            return  # `if isinstance(net, DataParallel): net = net.module`, not an assertion of DataParallel's own code
+        kind = dotted_name(call.args[1].value) or ""
+        if kind.split(".")[-1] != "DataParallel":
+            return
+        both = f"({kind}, {self.names.ddp})"
+        self.plan.replace(call, lambda updated: updated.with_changes(
+            args=[updated.args[0], updated.args[1].with_changes(value=cst.parse_expression(both))]))
+        self.names.need(self.plan, ddp=True)
+        self._change(MODULE_CHECKPOINT_KEYS.code, call, f"`isinstance(..., {kind})` is true of a DDP model too")
 
     # ----------------------------------------------------------------- DDP034
     def _model_api(self, attribute: cst.Attribute) -> None:
@@ -584,9 +655,41 @@ class _Finder:
                 return
             self.plan.guard(statement, ENV_RANK_ZERO)
             self._change(MODULE_RANK_ZERO_OUTPUT.code, call, "printed on rank 0 only")
+        elif spelled == "open" and self._log_append(call) is not None:
+            self.plan.guard(self._log_append(call), ENV_RANK_ZERO)
+            self._change(MODULE_RANK_ZERO_OUTPUT.code, call, "log lines appended on rank 0 only")
         else:
             return
         self.plan.need_import("os")
+
+    def _log_append(self, call: cst.Call) -> Optional[cst.With]:
+        """`with open(log_name, "a") as log_file: log_file.write(message)`: a log every rank
+        appends the same lines to. The `with` statement, when writing (or printing) is all it does."""
+        item = self.parents.get(call)
+        block = self.parents.get(item)
+        if not (isinstance(item, cst.WithItem) and isinstance(block, cst.With) and len(block.items) == 1
+                and item.asname is not None and isinstance(item.asname.name, cst.Name)):
+            return None
+        mode = next((arg.value for arg in call.args[1:2] if arg.keyword is None), None) or next(
+            (arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "mode"), None)
+        if not (isinstance(mode, cst.SimpleString) and mode.evaluated_value in ("a", "at")):
+            return None
+        handle = item.asname.name.value
+        made: Set[str] = set()  # locals the lines are made of (`now = time.strftime("%c")`)
+        for statement in block.body.body:
+            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+            if isinstance(small, cst.Assign) and all(isinstance(t.target, cst.Name) for t in small.targets):
+                made |= {t.target.value for t in small.targets}
+                continue
+            written = small.value if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) else None
+            if written is None or dotted_name(written.func) not in (f"{handle}.write", "print"):
+                return None
+        function = self._enclosing(block, cst.FunctionDef)
+        inside = set(walk(block))
+        if made and (function is None or any(isinstance(n, cst.Name) and n.value in made and n not in inside
+                                             for n in walk(function.body))):
+            return None  # read after the `with`: every rank needs it
+        return block
 
     # ----------------------------------------------------------------- DDP036
     def _folder(self, call: cst.Call) -> None:
@@ -675,6 +778,13 @@ class _Finder:
         if self.options.enabled(MODULE_NEEDS_MIGRATION.code, MODULE_NEEDS_MIGRATION.name):
             line, col = self._line_col(node)
             self.plan.diagnostics.append(Diagnostic(MODULE_NEEDS_MIGRATION.code, line, col, message))
+
+
+def _one_pass(loop: cst.For, function: Optional[cst.FunctionDef], loader: str) -> bool:
+    """`def __iter__(self): for data in self.dataloader: yield data`: a class that wraps a loader,
+    each pass over it one pass over the loader (one epoch of the loop that iterates it)."""
+    return (function is not None and function.name.value == "__iter__" and loader.startswith("self.")
+            and any(isinstance(node, cst.Yield) for node in walk(loop.body)))
 
 
 def _counts(iterated: cst.BaseExpression) -> bool:

@@ -623,3 +623,125 @@ def prepare(out):
 )
 
 RULES = RULES + (MODULE_SHARED_FOLDERS,)
+
+MODULE_NETWORK_FACTORY = Rule(
+    code="DDP037",
+    name="module-network-factory",
+    summary="a network factory's DataParallel, in a module the training script imports, runs only without a process group",
+    what="""
+In project mode, a function of a module that a migrated training script imports is handed a
+network, wraps it in DataParallel (`net = torch.nn.DataParallel(net, gpu_ids)`) and returns it:
+the factory every network of an image-to-image framework goes through (`init_net`). The
+DataParallel runs only when no process group is set up; the caller, migrated with it, wraps the
+network it gets back in DDP.""",
+    why="""
+DDP around a DataParallel (or a DataParallel around DDP) breaks: under torchrun each process
+drives one GPU, and DDP replaces the DataParallel. The factory goes on to initialise the weights,
+which it did after the wrap; DDP's wrap comes after the factory returns, so rank 0's initial
+weights are what every rank starts from.""",
+    fix="`if not dist.is_initialized():` around the DataParallel assignment.",
+    fix_safety="""
+Safe: without a process group (a plain evaluation script that imports the factory) the network is
+wrapped as before. Any other DataParallel in such a module (one that is not handed in and
+returned) is reported (DDP140) and blocks the script's migration.""",
+    requires=('DDP001',),
+    fixable=True,
+    examples=(
+        Example(
+            id="init-net",
+            before='''import torch
+
+
+def init_net(net, gpu_ids=()):
+    if len(gpu_ids) > 0:
+        net.to(gpu_ids[0])
+        net = torch.nn.DataParallel(net, gpu_ids)
+    return net
+''',
+            after='''import torch
+import torch.distributed as dist
+
+
+def init_net(net, gpu_ids=()):
+    if len(gpu_ids) > 0:
+        net.to(gpu_ids[0])
+        if not dist.is_initialized():
+            net = torch.nn.DataParallel(net, gpu_ids)
+    return net
+''',
+        ),
+        Example(
+            id="trainer-keeps-its-dataparallel",
+            before='''import torch
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = torch.nn.DataParallel(model)
+''',
+            fires=False,
+            diagnostics=('DDP140',),
+        ),
+    ),
+)
+
+MODULE_DEVICE_LIST = Rule(
+    code="DDP038",
+    name="module-device-list",
+    summary="the GPU list an option parser sets the device from is the process's own GPU under torchrun",
+    what="""
+In project mode, a module that a migrated training script imports sets the device from the first
+GPU of a list (`torch.cuda.set_device(opt.gpu_ids[0])` after `--gpu_ids 0,1` was parsed into
+`opt.gpu_ids`). Under torchrun the list becomes the process's own GPU (`[LOCAL_RANK]`) before the
+call, so every use of it later (the models' device, the network factory's `gpu_ids`) is that GPU.""",
+    why="""
+The script's setup gives each process its GPU; the parser would set every process back to the
+first GPU of the list, and the models would all be built there.""",
+    fix='`if "LOCAL_RANK" in os.environ: opt.gpu_ids = [int(os.environ["LOCAL_RANK"])]` before the call.',
+    fix_safety="""
+Safe: as a plain process (no LOCAL_RANK) the list stays as parsed, and under torchrun a CPU run
+(an empty list) never reaches the call. `--gpu_ids 2,3` under torchrun becomes GPUs 0 and 1 of
+what the process sees: choose the GPUs with CUDA_VISIBLE_DEVICES.""",
+    requires=('DDP001',),
+    fixable=True,
+    examples=(
+        Example(
+            id="gpu-ids-option",
+            before='''import torch
+
+
+def parse(parser):
+    opt = parser.parse_args()
+    opt.gpu_ids = [int(i) for i in opt.gpu_ids.split(",") if int(i) >= 0]
+    if len(opt.gpu_ids) > 0:
+        torch.cuda.set_device(opt.gpu_ids[0])
+    return opt
+''',
+            after='''import torch
+import os
+
+
+def parse(parser):
+    opt = parser.parse_args()
+    opt.gpu_ids = [int(i) for i in opt.gpu_ids.split(",") if int(i) >= 0]
+    if len(opt.gpu_ids) > 0:
+        if "LOCAL_RANK" in os.environ:  # torchrun: each process drives its own GPU
+            opt.gpu_ids = [int(os.environ["LOCAL_RANK"])]
+        torch.cuda.set_device(opt.gpu_ids[0])
+    return opt
+''',
+        ),
+        Example(
+            id="device-from-an-integer",
+            before='''import torch
+
+
+def setup(args):
+    torch.cuda.set_device(args.gpu)
+''',
+            fires=False,
+        ),
+    ),
+)
+
+RULES = RULES + (MODULE_NETWORK_FACTORY, MODULE_DEVICE_LIST)

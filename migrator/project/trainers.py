@@ -95,8 +95,18 @@ def _callers(files: Sequence[ProjectFile], graph: ProjectGraph, engine: Engine,
             continue  # migrated, distributed, a module of its own kind, or no script: nothing to set up
         for module in graph.imports(script.path):
             names = graph.imported_names(script.path, module)
-            if names and (module in modules or NOT_MIGRATED in script.codes and _trains_unset(module, graph, engine, modules)):
-                callers.setdefault(module, []).append((script, names))
+            if not names:
+                continue
+            # The module itself, or those its factory picks by name at run time (`create_model(opt)`
+            # importing `models/<opt.model>_model.py`): the script's call of the factory is its training.
+            chosen = graph.chosen_modules(module)
+            for trained in (module, *chosen):
+                # a module not given is read when the script's training was found and not migrated,
+                # or when the factory it calls picks it: the script names no model of its own then
+                read = NOT_MIGRATED in script.codes or trained in chosen
+                if trained in modules or read and _trains_unset(trained, graph, engine, modules):
+                    callers.setdefault(trained, []).append((script, names))
+                    graph.imported_through(script.path, trained, module)
     return callers
 
 
