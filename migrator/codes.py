@@ -48,6 +48,7 @@ CODES: Tuple[Tuple[str, str], ...] = (
     ("DDP114", "training-not-migrated"),
     ("DDP116", "moved-after-wrap"),
     ("DDP118", "gradient-penalty-backward"),
+    ("DDP119", "second-backward-retained-graph"),
     ("DDP120", "global-batch-size"),
     ("DDP121", "sharded-evaluation"),
     ("DDP122", "gradient-accumulation-no-sync"),

@@ -153,7 +153,7 @@ def test_unknown_rule_on_the_command_line_is_a_one_line_usage_error(project, fla
     write(project / "train.py", WRAP_EXAMPLE)
     result = invoke(flag, "DDP0,DDP999", "train.py")
     assert result.exit_code == 2
-    assert result.stderr.splitlines() == [f"Error: {flag}: unknown rule code or name 'DDP999'; did you mean 'DDP109'?"]
+    assert result.stderr.splitlines() == [f"Error: {flag}: unknown rule code or name 'DDP999'; did you mean 'DDP119'?"]
     assert result.stdout == ""
 
 

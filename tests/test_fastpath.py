@@ -133,3 +133,17 @@ def test_the_fast_paths_constants_are_the_clis():
     assert fastpath._DEFAULT_EXCLUDED == files.EXCLUDED_DIRS - {".git"}
     assert cli.PYTHON_RELEVANT is fastpath.PYTHON_RELEVANT
     assert fastpath._TABLE == config.TABLE and fastpath._PYPROJECT == config.PYPROJECT
+
+
+def test_a_script_that_calls_a_model_factory_goes_to_the_cli(repo):
+    """It never names torch, but the model it trains comes from a module imported by name at run
+    time (`create_model(opt)`): project mode follows the factory, so the CLI must see it."""
+    (repo / "models").mkdir()
+    (repo / "models" / "__init__.py").write_text(
+        "import importlib\n\n\ndef create_model(opt):\n"
+        "    return importlib.import_module('models.' + opt.model + '_model').Model(opt)\n")
+    (repo / "models" / "gan_model.py").write_text("import torch\n\n\nclass Model(torch.nn.Module):\n    pass\n")
+    (repo / "t.py").write_text("from models import create_model\n\nif __name__ == '__main__':\n    create_model(None)\n")
+    assert not _in(repo, ["--check", "t.py"])
+    (repo / "u.py").write_text("import os\n\nif __name__ == '__main__':\n    print(os.getcwd())\n")
+    assert _in(repo, ["--check", "u.py"]), "a script with no factory behind it is still answered at once"

@@ -489,3 +489,83 @@ def test_the_cli_knows_the_declines_a_caller_answers():
     from migrator.project.rules import MODULE_NEEDS_MIGRATION
 
     assert cli_module._LIBRARY_DECLINES == LIBRARY_DECLINES | {MODULE_NEEDS_MIGRATION.code}
+
+
+_RETAINED_MODEL = '''import torch
+
+from models import networks
+from models.base_model import BaseModel
+
+
+class RetainedModel(BaseModel):
+    """Trains its generator twice through one forward: the second backward DDP never averages."""
+
+    def __init__(self, opt):
+        BaseModel.__init__(self, opt)
+        self.loss_names = ["G"]
+        self.model_names = ["G"]
+        self.netG = networks.define_G(3, 3, opt.ngf, opt.init_type, opt.init_gain, self.gpu_ids)
+        self.optimizer_G = torch.optim.Adam(self.netG.parameters(), lr=opt.lr)
+        self.optimizers.append(self.optimizer_G)
+
+    def set_input(self, input):
+        self.real_A = input["A"].to(self.device)
+
+    def optimize_parameters(self):
+        fake = self.netG(self.real_A)
+        self.optimizer_G.zero_grad()
+        self.loss_G = fake.pow(2).mean()
+        self.loss_G.backward(retain_graph=True)
+        fake.abs().mean().backward()
+        self.optimizer_G.step()
+'''
+
+
+def test_a_factory_that_may_choose_an_unmigratable_model_leaves_every_model_and_script_alone(tmp_path):
+    """`create_model(opt)` may import models/retained_model.py, which DDP cannot train (DDP119): the
+    script and every model module it chooses from stay byte-identical, each saying why."""
+    case = next(c for c in CASES if c.name == "network_factory_gan")
+    root = _copy(case, tmp_path)
+    (root / "models" / "retained_model.py").write_text(_RETAINED_MODEL)
+    before = _sources(root)
+    report = json.loads(_run("--in-place", "--output-format", "json", str(root)).output)
+    assert _sources(root) == before
+    findings = {item["path"].replace("\\", "/").split(str(tmp_path.name) + "/")[-1]: [(f["code"], f["message"]) for f in item["findings"]]
+                for item in report["files"]}
+    by_file = {path.split("/", 1)[-1] if path.startswith(root.name) else path: found for path, found in findings.items()}
+
+    def of(name):
+        return next(found for path, found in by_file.items() if path.endswith(name))
+
+    assert any(code == "DDP119" for code, _ in of("models/retained_model.py"))
+    assert any(code == "DDP140" and "retained_model.py" in message and "DDP119" in message for code, message in of("train.py"))
+    assert any(code == "DDP140" and "may choose retained_model.py" in message for code, message in of("models/pix2pix_model.py"))
+
+
+def test_a_factory_is_followed_from_the_script_alone(tmp_path):
+    """`ddp-migrate train.py` on a script that never names torch (the start-up fast path would
+    call it unchanged): its factory's model module is found, and what each module needs is named."""
+    case = next(c for c in CASES if c.name == "network_factory_gan")
+    root = _copy(case, tmp_path)
+    result = _run("--diff", str(root / "train.py"))
+    assert "models/pix2pix_model.py:14 needs DDP003" in result.output
+    assert "models/networks.py:34 needs DDP037" in result.output
+
+
+def test_importlib_factory_patterns():
+    import ast
+
+    from migrator.graph.modules import chosen_module_patterns
+
+    source = '''import importlib
+def find(name):
+    filename = "models." + name + "_model"
+    return importlib.import_module(filename)
+def find_data(name):
+    return importlib.import_module(f"data.{name}_dataset")
+def anything(name):
+    return importlib.import_module(name)
+def two(a, b):
+    return importlib.import_module("x." + a + b)
+'''
+    assert chosen_module_patterns(ast.parse(source)) == (("models.", "_model"), ("data.", "_dataset"))

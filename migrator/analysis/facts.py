@@ -270,6 +270,8 @@ class ScriptFacts:
     trained_elsewhere: Tuple[cst.Call, ...] = ()
     # `penalty.backward()` of a gradient penalty alone (dataflow.penalty): DDP cannot train it
     penalty_backwards: Tuple[cst.Call, ...] = ()
+    # `loss.backward(retain_graph=True)`, kept for a second backward (dataflow.penalty): DDP syncs only the first
+    retained_backwards: Tuple[cst.Call, ...] = ()
 
     def line_col(self, node: cst.CSTNode) -> Tuple[int, int]:
         """1-based line and column, as editors and linters show them."""

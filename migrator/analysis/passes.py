@@ -219,6 +219,7 @@ class _Analysis:
             log_statements=tuple(statement for statement, shared in logged if not shared),
             hoisted_prints=flow.hoisted_prints(logged),
             penalty_backwards=flow.penalty_backwards() if wrapped else (),
+            retained_backwards=flow.retained_backwards() if wrapped else (),
             model_uses=uses,
             bare_unwraps=flow.bare_unwraps(uses),
             directory_creations=self.directory_creations(),

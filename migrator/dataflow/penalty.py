@@ -1,4 +1,5 @@
-"""Backward passes of a gradient penalty alone (WGAN-GP trained as an update of its own).
+"""Backward passes DDP cannot synchronise: a gradient penalty alone (WGAN-GP trained as an update
+of its own), and a second backward through a graph kept for it (`retain_graph=True`).
 
 `grad = torch.autograd.grad(outputs=D(x_hat), inputs=x_hat, create_graph=True)[0]`, a penalty
 computed from `grad` only, and `penalty.backward()`: the parameters that do not shape the gradient
@@ -31,6 +32,15 @@ class PenaltyFlow(FlowBase):
             if function is not None:
                 found += self._in_function(function)
         return tuple(sorted(found, key=lambda call: self.c.order.get(call, 0)))
+
+    def retained_backwards(self) -> Tuple[cst.Call, ...]:
+        """`loss.backward(retain_graph=True)`: the graph is kept for a second backward through the
+        same forward. DDP averages the gradients once per forward, in the first: what the second
+        adds stays each rank's own, and the replicas drift apart with no error."""
+        return tuple(call for call in self.c.calls if isinstance(call.func, cst.Attribute)
+                     and call.func.attr.value == "backward" and any(
+            arg.keyword is not None and arg.keyword.value == "retain_graph" and code_of(arg.value) not in ("False", "None")
+            for arg in call.args))
 
     def _in_function(self, function: cst.FunctionDef) -> List[cst.Call]:
         events = [node for node in (*self.c.assign_nodes, *self.c.calls) if self.a.enclosing_function(node) is function]

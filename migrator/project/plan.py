@@ -31,7 +31,7 @@ from migrator.options import Options
 from migrator.project.graph import ProjectGraph
 from migrator.project.outcome import ProjectFile, Update, plannable, relative
 from migrator.project.hints import LIBRARY_DECLINES
-from migrator.project.trainers import Engine, migrate_together
+from migrator.project.trainers import Engine, left_with_its_script, migrate_together
 from migrator.project.rewrite import DATAPARALLEL_IN_MODULE, ModuleRole, migrate_module
 from migrator.project.rules import MODULE_NEEDS_MIGRATION, MODULE_SAMPLER, MODULE_SET_EPOCH
 from migrator.types import Change, Diagnostic, Result
@@ -56,8 +56,13 @@ def plan_project(files: Sequence[ProjectFile], options: Optional[Options] = None
     for path, needs in together.needs.items():  # its module was not given: the script stays as it was
         also = updates.get(path, Update(None)).diagnostics
         updates[path] = Update(None, (), needs + tuple(d for d in also if d.code == MODULE_NEEDS_MIGRATION.code), revert=True)
-    return {path: together.updates[path].then(updates.get(path)) if path in together.updates else update
-            for path, update in {**together.updates, **updates}.items()}
+    final = {path: together.updates[path].then(updates.get(path)) if path in together.updates else update
+             for path, update in {**together.updates, **updates}.items()}
+    for module, scripts in together.scripts.items():
+        stuck = next((s for s in scripts if final.get(s, Update(None)).revert), None)
+        if stuck is not None and module in final:
+            final[module] = left_with_its_script(module, stuck, final[module])
+    return final
 
 
 def _planned_with_entries(files: Sequence[ProjectFile], graph: ProjectGraph, options: Options, rewrite: bool,

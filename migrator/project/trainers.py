@@ -21,6 +21,7 @@ otherwise nothing changes and the script's findings say why (DDP140).
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
@@ -50,6 +51,7 @@ class Together:
     # Scripts whose module was not among the files given: what it needs; the script stays as it was
     # (its setup alone would have every rank train a copy of its own).
     needs: Dict[str, Tuple[Diagnostic, ...]] = field(default_factory=dict)
+    scripts: Dict[str, Tuple[str, ...]] = field(default_factory=dict)  # module migrated -> the scripts migrated with it
 
 
 def migrate_together(
@@ -63,12 +65,24 @@ def migrate_together(
     replaced: Dict[str, ProjectFile] = {}
     updates: Dict[str, Update] = {}
     needs: Dict[str, Tuple[Diagnostic, ...]] = {}
-    for path, scripts in callers.items():
-        module = modules[path]
-        outcome = _together(module, scripts, files, graph, engine)
+    outcomes = {path: _together(modules[path], scripts, files, graph, engine) for path, scripts in callers.items()}
+    # A script whose factory may pick a module that cannot be migrated stays as it was, and so do
+    # the others it would be migrated with: `--model` would choose a model trained without DDP.
+    failed: Dict[str, Tuple[str, Diagnostic]] = {}
+    for path, outcome in outcomes.items():
         if isinstance(outcome, Diagnostic):
+            for script, _ in callers[path]:
+                failed.setdefault(script.path, (path, outcome))
+    for path, scripts in callers.items():
+        module, outcome = modules[path], outcomes[path]
+        stuck = next((script for script, _ in sorted(scripts, key=lambda pair: "__main__" not in pair[0].text)
+                      if script.path in failed), None)
+        if isinstance(outcome, Diagnostic) or stuck is not None:
             for script, _ in scripts:
-                updates[script.path] = Update(None, diagnostics=(replace(outcome, line=graph.import_line(script.path, path)),))
+                cause, why = failed[script.path]
+                updates[script.path] = Update(None, diagnostics=(replace(why, line=graph.import_line(script.path, cause)),))
+            if not isinstance(outcome, Diagnostic) and graph.walked(path):
+                updates[path] = _left_with_a_sibling(module, stuck, failed[stuck.path][0])
             continue
         given = graph.walked(path)
         for file, result in outcome:
@@ -82,7 +96,27 @@ def migrate_together(
     for path, module in modules.items():
         if scripts_given and path not in callers and graph.walked(path):
             updates[path] = _no_script(module)
-    return Together([replaced.get(f.path, f) for f in files], updates, frozenset(callers), needs)
+    scripts = {path: tuple(s.path for s, _ in callers[path]) for path in callers if path in replaced}
+    return Together([replaced.get(f.path, f) for f in files], updates, frozenset(callers), needs, scripts)
+
+
+def _left_with_a_sibling(module: ProjectFile, script: ProjectFile, cause: str) -> Update:
+    first = min((d for d in module.diagnostics if d.code == NO_ENTRY_POINT), key=lambda d: (d.line, d.col), default=None)
+    why = Diagnostic(MODULE_NEEDS_MIGRATION.code, first.line if first else 1, first.col if first else 1, (
+        f"left unchanged: this module builds and trains its models, and {relative(script.path, module.path)} chooses it "
+        f"by name; it may choose {relative(cause, module.path)} too, which cannot be migrated (see its findings): the "
+        "script and every module it may train stay as they are, or that model would train without DDP"))
+    return Update(None, diagnostics=(why,), dropped=frozenset({MODULE_NEEDS_MIGRATION.code}))
+
+
+def left_with_its_script(module: str, script: str, update: Update) -> Update:
+    """A module migrated with a script that, after all, stays as it was (a DataParallel elsewhere
+    blocks it): the module stays too, its DDP models would run with no process group."""
+    line = min((c.line for c in update.changes), default=1)
+    why = Diagnostic(MODULE_NEEDS_MIGRATION.code, line, 1, (
+        f"left unchanged: this module builds and trains its models, and is migrated together with "
+        f"{relative(script, module)}, which stays as it was (see its findings): the two are migrated together or not at all"))
+    return Update(None, (), (why,), revert=True)
 
 
 def _callers(files: Sequence[ProjectFile], graph: ProjectGraph, engine: Engine,
@@ -91,16 +125,19 @@ def _callers(files: Sequence[ProjectFile], graph: ProjectGraph, engine: Engine,
     looked at (from disk) only for a script whose training the engine found and did not migrate."""
     callers: Dict[str, List[Tuple[ProjectFile, Tuple[str, ...]]]] = {}
     for script in files:
-        if script.distributed or script.changes or script.path in modules or not _runs(script):
-            continue  # migrated, distributed, a module of its own kind, or no script: nothing to set up
+        if script.distributed or script.changes or script.path in modules:
+            continue  # migrated, distributed, or a module of its own kind: nothing to set up
+        runs = _runs(script)
         for module in graph.imports(script.path):
             names = graph.imported_names(script.path, module)
             if not names:
                 continue
             # The module itself, or those its factory picks by name at run time (`create_model(opt)`
             # importing `models/<opt.model>_model.py`): the script's call of the factory is its training.
-            chosen = graph.chosen_modules(module)
-            for trained in (module, *chosen):
+            # Every file that calls the factory builds those models (a test script with no main guard
+            # too): each is migrated with them, or the engine finds no place for its setup and none is.
+            chosen = graph.chosen_modules(module) if _defines_functions(graph.text(module) or "", names) else ()
+            for trained in ((module,) if runs else ()) + chosen:
                 # a module not given is read when the script's training was found and not migrated,
                 # or when the factory it calls picks it: the script names no model of its own then
                 read = NOT_MIGRATED in script.codes or trained in chosen
@@ -108,6 +145,11 @@ def _callers(files: Sequence[ProjectFile], graph: ProjectGraph, engine: Engine,
                     callers.setdefault(trained, []).append((script, names))
                     graph.imported_through(script.path, trained, module)
     return callers
+
+
+def _defines_functions(text: str, names: Tuple[str, ...]) -> bool:
+    """Are `names` top-level functions of the module (`create_model`), not its submodules?"""
+    return all(re.search(rf"^def[ \t]+{re.escape(name)}\b", text, re.M) for name in names)
 
 
 def _no_script(module: ProjectFile) -> Update:

@@ -71,7 +71,7 @@ FIXERS: Tuple[Tuple[Rule, Planner], ...] = (
 REPORTERS: Tuple[Tuple[Tuple[Rule, ...], Planner], ...] = (
     (caveats.RULES, caveats.plan),
     ((moved_after_wrap.RULE,), moved_after_wrap.plan),
-    ((gradient_penalty.RULE,), gradient_penalty.plan),
+    ((gradient_penalty.RULE, gradient_penalty.RETAINED), gradient_penalty.plan),
     (distributed_bugs.RULES, distributed_bugs.plan),
     # Last: it reports a training file that everything above left unchanged and unreported.
     ((unmigrated.RULE,), unmigrated.plan),
@@ -79,7 +79,7 @@ REPORTERS: Tuple[Tuple[Tuple[Rule, ...], Planner], ...] = (
 
 # Launcher files (shell, Make, YAML, Dockerfile, Markdown) share the codes and the registry.
 RULES: Tuple[Rule, ...] = (
-    tuple(rule for rule, _ in FIXERS) + (ASYNC_KEYWORD,) + advisories.RULES + (unmigrated.RULE, moved_after_wrap.RULE, gradient_penalty.RULE) + caveats.RULES + distributed_bugs.RULES + project_rules.RULES + LAUNCHER_RULES
+    tuple(rule for rule, _ in FIXERS) + (ASYNC_KEYWORD,) + advisories.RULES + (unmigrated.RULE, moved_after_wrap.RULE, gradient_penalty.RULE, gradient_penalty.RETAINED) + caveats.RULES + distributed_bugs.RULES + project_rules.RULES + LAUNCHER_RULES
 )
 RULES_BY_CODE: Dict[str, Rule] = {rule.code: rule for rule in RULES}
 

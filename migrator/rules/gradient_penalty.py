@@ -1,4 +1,5 @@
-"""DDP118: a gradient penalty trained in a backward pass of its own. Report only."""
+"""DDP118 and DDP119: backward passes DDP cannot synchronise (a gradient penalty trained alone, a second
+backward through a retained graph). Report only: the file is left unchanged."""
 from __future__ import annotations
 
 from migrator.analysis import ScriptFacts
@@ -123,9 +124,77 @@ if __name__ == "__main__":
 )
 
 
+RETAINED = Rule(
+    code="DDP119",
+    name="second-backward-retained-graph",
+    summary=("a backward pass that keeps its graph (retain_graph=True) for a second one: DDP averages the gradients "
+             "of the first only; the file is left unchanged: sum the losses into one backward pass"),
+    what="""
+`loss_G.backward(retain_graph=True)` and then, before the next forward, another backward through
+the same graph (`loss_z.backward()`: BicycleGAN's generator trained again through the encoder's
+loss). The file is left unchanged, and this says where.""",
+    why="""
+DDP averages the gradients across processes while the first backward runs, once per forward. What
+the second backward adds to the same parameters is never averaged: each process steps with its own
+gradients and the replicas drift apart, with no error. (DDP's static-graph and no_sync modes do not
+change that.)""",
+    fix="""
+Add the losses and call backward once (`(loss_G + loss_z).backward()`; where a network must not get
+the second loss's gradient, detach its input or freeze it before the forward), then run
+ddp-migrate again.""",
+    fix_safety="Not fixable automatically: which network each loss may train is the model's design.",
+    fixable=False,
+    examples=(
+        Example(
+            id="second-backward-through-the-generator",
+            before='''import torch
+
+
+def main():
+    generator, encoder = torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)
+    optimizer = torch.optim.Adam([*generator.parameters(), *encoder.parameters()])
+    for step in range(4):
+        z = torch.randn(8, 4)
+        fake = generator(z)
+        optimizer.zero_grad()
+        fake.pow(2).mean().backward(retain_graph=True)
+        (encoder(fake) - z[:, :2]).abs().mean().backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            diagnostics=("DDP119",),
+        ),
+        Example(
+            id="one-backward-of-the-sum",
+            fires=False,
+            before='''import torch
+
+
+def main():
+    generator, encoder = torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)
+    optimizer = torch.optim.Adam([*generator.parameters(), *encoder.parameters()])
+    for step in range(4):
+        z = torch.randn(8, 4)
+        fake = generator(z)
+        optimizer.zero_grad()
+        loss = fake.pow(2).mean() + (encoder(fake) - z[:, :2]).abs().mean()
+        loss.backward(retain_graph=False)
+        optimizer.step()
+''',
+        ),
+    ),
+)
+
+
 def plan(facts: ScriptFacts, plan: Plan) -> None:
     if facts.already_distributed:
         return
     for call in facts.penalty_backwards:
         line, col = facts.line_col(call)
         plan.diagnostics.append(Diagnostic(RULE.code, line, col, RULE.summary))
+    for call in facts.retained_backwards:
+        line, col = facts.line_col(call)
+        plan.diagnostics.append(Diagnostic(RETAINED.code, line, col, RETAINED.summary))

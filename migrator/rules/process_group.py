@@ -114,6 +114,7 @@ def needs_setup(facts: ScriptFacts) -> bool:
         and not facts.unrewritable_dataparallel
         and not facts.moved_after_wrap
         and not facts.penalty_backwards
+        and not facts.retained_backwards
     )
 
 
