@@ -418,7 +418,8 @@ class _Finder:
         loader = iterated_loader(loop.iter, wrappers(function or self.module))
         # What a training loop walks over is its data, whatever it is called: the set_epoch below
         # is guarded by the sampler's type, so a list or an iterator of the caller's runs as before.
-        if loader is None or not (self._trains(loop) or _one_pass(loop, function, loader)):
+        passes = loader is not None and _one_pass(loop, function, loader)
+        if loader is None or not (passes or self._trains(loop)):
             return
         scope = function or self.module
         if any(isinstance(n, cst.Attribute) and n.attr.value == "set_epoch" for n in walk(scope)):
@@ -431,7 +432,8 @@ class _Finder:
             f"    {loader}.sampler.set_epoch({epoch})\n")
         self.plan.insert_before(loop, [statement])
         self.names.need(self.plan, sampler=True)
-        self._change(MODULE_SET_EPOCH.code, loop, f"`{loader}.sampler.set_epoch({epoch})` before the training loop")
+        where = "each pass over the wrapped loader" if passes else "before the training loop"
+        self._change(MODULE_SET_EPOCH.code, loop, f"`{loader}.sampler.set_epoch({epoch})` {where}")
 
     def _restart_epoch(self, handler: cst.ExceptHandler) -> None:
         """`except StopIteration: data_iter = iter(train_loader)`: a loop over steps that starts the
