@@ -22,7 +22,7 @@ from typing import IO, TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Named
 import click
 
 from migrator import __version__, files, render
-from migrator.context import FileContext, ProjectModules
+from migrator.context import FileContext
 from migrator.config import Config, RuleSelection, SelectorError, discover_config, resolve_rules, split_selectors
 from migrator.errors import ConfigError, IntroducedSyntaxError, MigrateError, SourceParseError
 from migrator.options import Options, dropped_note
@@ -742,7 +742,7 @@ def _picks_by_name(python: Sequence[Tuple["Migrated", str]]) -> bool:
     follows it; read from the import lines, so no syntax tree is built for the others."""
     from migrator.graph.modules import calls_a_module_factory
 
-    return any(calls_a_module_factory(real, done.source.text, ProjectModules.for_script(Path(real)).roots)
+    return any(calls_a_module_factory(real, done.source.text)
                for done, real in python
                if not done.outcome.changes and not done.outcome.diagnostics and "__main__" in done.source.text)
 

@@ -101,16 +101,11 @@ def _mentions_nothing_to_migrate(path: str) -> bool:
         return False
     # A training script that never names torch: its model comes from a factory that imports the
     # model's module by name (`create_model(opt)`); the CLI follows it (migrator.project).
-    return "__main__" not in text or not _calls_a_module_factory(path, text)
+    if "__main__" not in text:
+        return True
+    from migrator.graph.modules import calls_a_module_factory  # rare: only a script's main guard reads it
 
-
-def _calls_a_module_factory(path: str, text: str) -> bool:
-    from pathlib import Path
-
-    from migrator.context import ProjectModules
-    from migrator.graph.modules import calls_a_module_factory
-
-    return calls_a_module_factory(path, text, ProjectModules.for_script(Path(path)).roots)
+    return not calls_a_module_factory(path, text)
 
 
 def _excluded_by_default(real: str) -> bool:

@@ -19,7 +19,10 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple, Union
+
+from migrator.context import ProjectModules
 
 _MAX_MODULE_BYTES = 1_000_000  # a generated or vendored giant is not read for a helper
 
@@ -383,22 +386,19 @@ def chosen_files(roots: Tuple[str, ...], patterns: Tuple[Tuple[str, str], ...]) 
     return chosen
 
 
-def modules_chosen_by(path: str, text: str, roots: Tuple[str, ...]) -> List[str]:
-    """The project files the functions of `path` import by a name chosen at run time."""
-    if "import_module" not in text:
+def modules_chosen_by(summary: ModuleSummary, roots: Tuple[str, ...]) -> List[str]:
+    """The project files the functions of the module import by a name chosen at run time."""
+    if "import_module" not in summary.text or summary.tree is None:
         return []
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []
-    real = os.path.realpath(path)
-    return [found for found in chosen_files(roots, chosen_module_patterns(tree)) if found != real]
+    real = os.path.realpath(summary.path)
+    return [found for found in chosen_files(roots, chosen_module_patterns(summary.tree)) if found != real]
 
 
-def calls_a_module_factory(path: str, text: str, roots: Tuple[str, ...]) -> bool:
+def calls_a_module_factory(path: str, text: str) -> bool:
     """Does a module `path` imports (by its import lines) import modules by a name chosen at run
     time (`from models import create_model`, and models/__init__.py's importlib)? Read without
-    LibCST: the CLI asks it of scripts it found nothing in."""
+    LibCST: the CLI and its fast path ask it of scripts they found nothing in."""
+    roots = ProjectModules.for_script(Path(path)).roots
     package = None if os.path.basename(path) != "__init__.py" else os.path.basename(os.path.dirname(path))
     for line in import_lines(text):
         base = absolute(line.level, line.module, package)
@@ -407,7 +407,7 @@ def calls_a_module_factory(path: str, text: str, roots: Tuple[str, ...]) -> bool
         for dotted_module in (base, *(f"{base}.{name}" for name in line.names)):
             found = INDEX.find(roots, dotted_module)
             summary = INDEX.summary(found, dotted_module) if found is not None else None
-            if summary is not None and modules_chosen_by(found, summary.text, roots):
+            if summary is not None and modules_chosen_by(summary, roots):
                 return True
     return False
 

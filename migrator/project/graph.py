@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
 
-from migrator.graph.modules import ImportLine, absolute, import_lines, modules_chosen_by
+from migrator.graph.modules import ImportLine, ModuleSummary, absolute, import_lines, modules_chosen_by
 from migrator.context import ProjectModules, package_of
 
 _MAX_DEPTH = 6  # train.py -> trainer/__init__ -> trainer.trainer -> base/__init__ -> base.base_trainer: 4
@@ -35,6 +35,8 @@ class ProjectGraph:
     _edges: Dict[str, Tuple[str, ...]] = field(default_factory=dict, repr=False)
     _lines: Dict[Tuple[str, str], int] = field(default_factory=dict, repr=False)  # (importer, module) -> line
     _exists: Dict[str, bool] = field(default_factory=dict, repr=False)
+    _summaries: Dict[str, Optional[ModuleSummary]] = field(default_factory=dict, repr=False)
+    _chosen: Dict[str, Tuple[str, ...]] = field(default_factory=dict, repr=False)
 
     def walked(self, path: str) -> bool:
         return path in self.texts
@@ -93,13 +95,26 @@ class ProjectGraph:
                 return None  # `import pkg.sub` runs pkg/__init__.py whole
         return tuple(names) if names else None
 
+    def summary(self, path: str) -> Optional[ModuleSummary]:
+        """The module's text, headers and syntax tree, each read once (None when it cannot be read)."""
+        if path not in self._summaries:
+            text = self.text(path)
+            self._summaries[path] = ModuleSummary(path, text, None) if text is not None else None
+        return self._summaries[path]
+
     def chosen_modules(self, path: str) -> Tuple[str, ...]:
         """The project modules a factory of `path` can import by a name chosen at run time
         (`importlib.import_module("models." + name + "_model")`: every `models/*_model.py`)."""
-        text = self.text(path)
-        if not text:
-            return ()
-        return tuple(modules_chosen_by(path, text, ProjectModules.for_script(Path(path)).roots))
+        if path not in self._chosen:
+            summary = self.summary(path)
+            roots = ProjectModules.for_script(Path(path)).roots
+            self._chosen[path] = tuple(modules_chosen_by(summary, roots)) if summary is not None else ()
+        return self._chosen[path]
+
+    def defines_functions(self, path: str, names: Tuple[str, ...]) -> bool:
+        """Are `names` top-level functions of the module (`create_model`), not its submodules?"""
+        summary = self.summary(path)
+        return summary is not None and all(summary.defines(name) == "def" for name in names)
 
     def reachable(self, entry: str) -> Iterator[Tuple[str, Tuple[str, ...]]]:
         """Project modules imported by `entry`, directly or through others, breadth first, each

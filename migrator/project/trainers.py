@@ -21,7 +21,6 @@ otherwise nothing changes and the script's findings say why (DDP140).
 from __future__ import annotations
 
 import os
-import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
@@ -102,21 +101,25 @@ def migrate_together(
 
 def _left_with_a_sibling(module: ProjectFile, script: ProjectFile, cause: str) -> Update:
     first = min((d for d in module.diagnostics if d.code == NO_ENTRY_POINT), key=lambda d: (d.line, d.col), default=None)
-    why = Diagnostic(MODULE_NEEDS_MIGRATION.code, first.line if first else 1, first.col if first else 1, (
-        f"left unchanged: this module builds and trains its models, and {relative(script.path, module.path)} chooses it "
-        f"by name; it may choose {relative(cause, module.path)} too, which cannot be migrated (see its findings): the "
-        "script and every module it may train stay as they are, or that model would train without DDP"))
-    return Update(None, diagnostics=(why,), dropped=frozenset({MODULE_NEEDS_MIGRATION.code}))
+    return Update(None, diagnostics=(_left_unchanged(module.path, first.line if first else 1, first.col if first else 1, (
+        f"{relative(script.path, module.path)} chooses it by name; it may choose {relative(cause, module.path)} too, "
+        "which cannot be migrated (see its findings): the script and every module it may train stay as they are, "
+        "or that model would train without DDP")),), dropped=frozenset({MODULE_NEEDS_MIGRATION.code}))
 
 
 def left_with_its_script(module: str, script: str, update: Update) -> Update:
     """A module migrated with a script that, after all, stays as it was (a DataParallel elsewhere
     blocks it): the module stays too, its DDP models would run with no process group."""
     line = min((c.line for c in update.changes), default=1)
-    why = Diagnostic(MODULE_NEEDS_MIGRATION.code, line, 1, (
-        f"left unchanged: this module builds and trains its models, and is migrated together with "
-        f"{relative(script, module)}, which stays as it was (see its findings): the two are migrated together or not at all"))
-    return Update(None, (), (why,), revert=True)
+    return Update(None, (), (_left_unchanged(module, line, 1, (
+        f"is migrated together with {relative(script, module)}, which stays as it was (see its findings): "
+        "the two are migrated together or not at all")),), revert=True)
+
+
+def _left_unchanged(module: str, line: int, col: int, why: str) -> Diagnostic:
+    """DDP140 on a module that builds and trains its models, kept as it was with its script."""
+    return Diagnostic(MODULE_NEEDS_MIGRATION.code, line, col,
+                      f"left unchanged: this module builds and trains its models, and {why}")
 
 
 def _callers(files: Sequence[ProjectFile], graph: ProjectGraph, engine: Engine,
@@ -136,7 +139,7 @@ def _callers(files: Sequence[ProjectFile], graph: ProjectGraph, engine: Engine,
             # importing `models/<opt.model>_model.py`): the script's call of the factory is its training.
             # Every file that calls the factory builds those models (a test script with no main guard
             # too): each is migrated with them, or the engine finds no place for its setup and none is.
-            chosen = graph.chosen_modules(module) if _defines_functions(graph.text(module) or "", names) else ()
+            chosen = graph.chosen_modules(module) if graph.defines_functions(module, names) else ()
             for trained in ((module,) if runs else ()) + chosen:
                 # a module not given is read when the script's training was found and not migrated,
                 # or when the factory it calls picks it: the script names no model of its own then
@@ -145,11 +148,6 @@ def _callers(files: Sequence[ProjectFile], graph: ProjectGraph, engine: Engine,
                     callers.setdefault(trained, []).append((script, names))
                     graph.imported_through(script.path, trained, module)
     return callers
-
-
-def _defines_functions(text: str, names: Tuple[str, ...]) -> bool:
-    """Are `names` top-level functions of the module (`create_model`), not its submodules?"""
-    return all(re.search(rf"^def[ \t]+{re.escape(name)}\b", text, re.M) for name in names)
 
 
 def _no_script(module: ProjectFile) -> Update:
