@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import ast
 import functools
-from typing import List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Callable, FrozenSet, List, Optional, Tuple, Union
 
 import libcst as cst
 
 from migrator import edits, launch_comments, suppress
-from migrator.analysis import analyze
+from migrator.analysis import ScriptFacts, analyze
 from migrator.codegen import check_parses, with_imports
 from migrator.context import FileContext
 from migrator.errors import SourceParseError
@@ -32,12 +33,12 @@ def migrate(source: str, options: Optional[Options] = None, context: Optional[Fi
     Raises SourceParseError when `source` is not valid Python 3, IntroducedSyntaxError
     if the engine would produce code that does not parse (a bug; nothing is written).
     A `# ddp-migrate: ignore[CODE]` comment suppresses what is reported on its line (see
-    migrator.suppress: a suppressed fix turns its rule off for the file).
+    migrator.suppress: a suppressed fix turns its rule off for the file, its edits dropped from the plan).
     `context` says where the source comes from (its path, the project's modules); see
     migrator.context. Without it the file is judged by its text alone. `first_look=False` parses
     the file whatever its text (project mode, on a script it knows trains: check() says more).
     """
-    return _suppressed(source, options or Options(), functools.partial(_migrate, context=context, first_look=first_look))
+    return _suppressed(source, options or Options(), functools.partial(_plan, context=context, first_look=first_look))
 
 
 def check(source: str, options: Optional[Options] = None, context: Optional[FileContext] = None,
@@ -52,16 +53,37 @@ def check(source: str, options: Optional[Options] = None, context: Optional[File
     `first_look=False` parses every file, and reads what the engine knows of one that is
     distributed already (its required arguments): `ddp-migrate launch` needs that of any script.
     """
-    engine = functools.partial(_migrate, rewrite=False, context=context, first_look=first_look)
+    engine = functools.partial(_plan, rewrite=False, context=context, first_look=first_look)
     return _suppressed(source, options or Options(), engine)
 
 
-def _suppressed(source: str, options: Options, engine: suppress.Rerun) -> Result:
-    return suppress.apply(engine(source, options), source, options, engine, suppress.python_suppressions(source))
+def _suppressed(source: str, options: Options, engine: Callable[..., Union[Result, "_Planned"]]) -> Result:
+    """The engine's result with the suppressed findings gone. A suppressed fix's edits are dropped
+    from the plan (`_Planned.without`); the file is planned again only where another fix read them."""
+    planned = engine(source, options)
+    if isinstance(planned, Result):
+        return suppress.apply(planned, source, options, _rerun(engine), suppress.python_suppressions(source))
+    return suppress.apply(planned.result(options), source, options, _rerun(engine),
+                          suppress.python_suppressions(source), planned.without)
+
+
+def _rerun(engine) -> suppress.Rerun:
+    def rerun(source: str, options: Options) -> Result:
+        planned = engine(source, options)
+        return planned if isinstance(planned, Result) else planned.result(options)
+    return rerun
 
 
 def _migrate(source: str, options: Options, rewrite: bool = True, context: Optional[FileContext] = None,
              first_look: bool = True) -> Result:
+    planned = _plan(source, options, rewrite, context, first_look)
+    return planned if isinstance(planned, Result) else planned.result(options)
+
+
+def _plan(source: str, options: Options, rewrite: bool = True, context: Optional[FileContext] = None,
+          first_look: bool = True) -> Union[Result, "_Planned"]:
+    """Parse, analyse and plan the fixes, each into a plan of its own; a Result when there is
+    nothing for any rule."""
     seen = verdict(source, context, options.spawn) if first_look else ENGINE
     if seen != ENGINE:  # nothing for any rule; or distributed already, with nothing to report
         return Result(code=source, original=source, distributed=seen == DISTRIBUTED)
@@ -69,38 +91,77 @@ def _migrate(source: str, options: Options, rewrite: bool = True, context: Optio
     facts = analyze(module, context, parsed)
     scope = rules_in_scope(facts, context)
     fixes = frozenset(rule.code for rule, _ in FIXERS if options.fix_enabled(rule.code) and (scope is None or rule.code in scope))
-    plan = edits.Plan(batch=options.batch, eval=options.eval, spawn=options.spawn, fixes=fixes)
+    settings = edits.Plan(batch=options.batch, eval=options.eval, spawn=options.spawn, fixes=fixes)
+    parts: List[edits.Plan] = []
     for rule, planner in FIXERS:
         if rule.code in fixes:
-            planner(facts, plan)
-    name_rank_checks(facts, plan, source)
-    for _, reporter in REPORTERS:
-        reporter(facts, plan)  # what it reports is filtered by code below, like every diagnostic
-    diagnostics = tuple(d for d in plan.diagnostics if options.enabled(d.code) and (scope is None or d.code in scope))
-    diagnostics += _library_hint(source, facts, diagnostics, options, (module, facts.positions) if not renamed else None, context)
-    test_module = context is not None and context.is_test_module
-    trains = (facts.trains or facts.already_distributed) and not test_module
-    # `models`: how the script spells the models it wraps, for project mode to follow into its modules.
-    known = dict(launch_args=facts.required_arguments if trains else None,
-                 distributed=facts.already_distributed and not test_module,
-                 models=tuple(m.expr for m in facts.models if not m.already_ddp and m.wrap_after is not None))
-    plan.changes += [Change(ASYNC_KEYWORD.code, line, col + 1, "async= renamed non_blocking= (PyTorch 0.4)") for line, col in renamed]
-    documented = _documented_launches(source, options, scope)
-    plan.changes += [Change(LAUNCH_IN_PYTHON.code, line, col + 1, "launch command in a comment rewritten for torchrun") for line, col, _, _ in documented]
-    if plan.empty and not renamed and not documented:
-        return Result(code=source, diagnostics=diagnostics, original=source, **known)
-    changes = tuple(sorted(plan.changes, key=lambda c: (c.line, c.col)))
-    if not rewrite:
-        return Result(source, changes, diagnostics, original=source, pending=True, **known)
-    if plan.empty:
-        code = launch_comments.apply(parsed, launch_comments.rewrites(parsed)) if documented else parsed
+            part = settings.for_fix(rule.code, parts)
+            planner(facts, part)
+            parts.append(part)
+    return _Planned(source, module, parsed, renamed, facts, scope, context, rewrite, tuple(parts))
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """A file parsed, analysed and planned: each fix's plan (its edits, Changes and diagnostics),
+    from which the Result is made, with every fix or with some of them dropped."""
+
+    source: str
+    module: cst.Module
+    parsed: str  # the text parsed (`async=` renamed, when DDP017 made it parse)
+    renamed: List[Tuple[int, int]]
+    facts: ScriptFacts
+    scope: Optional[FrozenSet[str]]
+    context: Optional[FileContext]
+    rewrite: bool
+    parts: Tuple[edits.Plan, ...]
+
+    def without(self, options: Options) -> Optional[Result]:
+        """The Result with the fixes that `options` turns off dropped, or None where that is not the
+        same as planning the file again under `options`: a fix that stays read what a dropped one
+        planned (edits.Plan.guarded), or the `async=` rename the parse needed is turned off."""
+        dropped = {part.owner for part in self.parts if not options.fix_enabled(part.owner)}
+        if any(part.read_from & dropped for part in self.parts if part.owner not in dropped):
+            return None
+        if self.renamed and not options.enabled(ASYNC_KEYWORD.code, ASYNC_KEYWORD.name):
+            return None
+        return self.result(options)
+
+    def result(self, options: Options) -> Result:
+        """The migrated file, with the fixes `options` leaves on: the finishing step, the reporters
+        (which read what the fixes planned), then the code."""
+        source, module, facts, scope, context = self.source, self.module, self.facts, self.scope, self.context
+        kept = [part for part in self.parts if options.fix_enabled(part.owner)]
+        plan = edits.merged(kept, frozenset(part.owner for part in kept))
+        name_rank_checks(facts, plan, source)
+        for _, reporter in REPORTERS:
+            reporter(facts, plan)  # what it reports is filtered by code below, like every diagnostic
+        diagnostics = tuple(d for d in plan.diagnostics if options.enabled(d.code) and (scope is None or d.code in scope))
+        diagnostics += _library_hint(source, facts, diagnostics, options, (module, facts.positions) if not self.renamed else None, context)
+        test_module = context is not None and context.is_test_module
+        trains = (facts.trains or facts.already_distributed) and not test_module
+        # `models`: how the script spells the models it wraps, for project mode to follow into its modules.
+        known = dict(launch_args=facts.required_arguments if trains else None,
+                     distributed=facts.already_distributed and not test_module,
+                     models=tuple(m.expr for m in facts.models if not m.already_ddp and m.wrap_after is not None))
+        plan.changes += [Change(ASYNC_KEYWORD.code, line, col + 1, "async= renamed non_blocking= (PyTorch 0.4)") for line, col in self.renamed]
+        documented = _documented_launches(source, options, scope)
+        plan.changes += [Change(LAUNCH_IN_PYTHON.code, line, col + 1, "launch command in a comment rewritten for torchrun") for line, col, _, _ in documented]
+        if plan.empty and not self.renamed and not documented:
+            return Result(code=source, diagnostics=diagnostics, original=source, **known)
+        changes = tuple(sorted(plan.changes, key=lambda c: (c.line, c.col)))
+        if not self.rewrite:
+            return Result(source, changes, diagnostics, original=source, pending=True, **known)
+        if plan.empty:
+            parsed = self.parsed
+            code = launch_comments.apply(parsed, launch_comments.rewrites(parsed)) if documented else parsed
+            return Result(code=code, changes=changes, diagnostics=diagnostics, original=source, **known)
+        new = with_imports(edits.apply(module, plan, facts.parents, continuations="\\\n" in source or "\\\r\n" in source), plan)
+        code = new.code
+        if documented:  # found again on the new text: the edits above moved the lines
+            code = launch_comments.apply(code, launch_comments.rewrites(code))
+        check_parses(code)
         return Result(code=code, changes=changes, diagnostics=diagnostics, original=source, **known)
-    new = with_imports(edits.apply(module, plan, facts.parents, continuations="\\\n" in source or "\\\r\n" in source), plan)
-    code = new.code
-    if documented:  # found again on the new text: the edits above moved the lines
-        code = launch_comments.apply(code, launch_comments.rewrites(code))
-    check_parses(code)
-    return Result(code=code, changes=changes, diagnostics=diagnostics, original=source, **known)
 
 
 def _library_hint(source: str, facts, diagnostics, options: Options, parsed, context: Optional[FileContext] = None) -> tuple:

@@ -50,6 +50,28 @@ class Plan:
     # The fixes that run on this file (Options.fix_enabled): reporters say what a migration changes
     # in meaning only where the fix that changes it runs.
     fixes: FrozenSet[str] = frozenset()
+    # Each fix plans into a plan of its own (`for_fix`), so that its edits and Changes are its own:
+    # suppressing the fix drops them (`merged`) without planning the file again. `owner` is the
+    # fix's code, `earlier` the plans of the fixes before it, which it may read (`guarded`), and
+    # `read_from` the fixes whose edits it read: dropping one of those would change its plan.
+    owner: str = ""
+    earlier: Tuple["Plan", ...] = ()
+    read_from: Set[str] = field(default_factory=set)
+
+    def for_fix(self, code: str, earlier: Sequence["Plan"]) -> "Plan":
+        """An empty plan for fix `code`, with this plan's settings, after the plans in `earlier`."""
+        return Plan(batch=self.batch, eval=self.eval, spawn=self.spawn, fixes=self.fixes, owner=code,
+                    earlier=tuple(earlier))
+
+    def guarded(self, statement: cst.CSTNode) -> bool:
+        """Does `statement` already run under a guard, this fix's own or an earlier fix's?"""
+        if statement in self.guards:
+            return True
+        for plan in self.earlier:
+            if statement in plan.guards:
+                self.read_from.add(plan.owner)
+                return True
+        return False
 
     def replace(self, node: cst.CSTNode, replacer: Replacer) -> None:
         self.replacements.setdefault(node, []).append(replacer)
@@ -96,6 +118,32 @@ class Plan:
     def empty(self) -> bool:
         return not (self.replacements or self.before or self.after or self.wrap_tail or self.guards or self.wrap_with
                     or self.hoists or self.computed)
+
+
+def merged(parts: Sequence[Plan], fixes: FrozenSet[str]) -> Plan:
+    """One plan holding the edits, Changes and diagnostics of `parts` (the fixes' plans, in planning
+    order), as if each fix had planned into it in turn: lists keep the fixes' order, and the first
+    guard of a statement wins (Plan.guard)."""
+    settings = parts[0] if parts else Plan()
+    plan = Plan(batch=settings.batch, eval=settings.eval, spawn=settings.spawn, fixes=fixes)
+    for part in parts:
+        for target, source in ((plan.replacements, part.replacements), (plan.before, part.before),
+                               (plan.after, part.after), (plan.wrap_with, part.wrap_with),
+                               (plan.computed, part.computed)):
+            for node, items in source.items():
+                target.setdefault(node, []).extend(items)  # type: ignore[attr-defined]
+        plan.wrap_tail.update(part.wrap_tail)
+        plan.hoists.update(part.hoists)
+        for statement, condition in part.guards.items():
+            plan.guard(statement, condition)
+        for spec in part.imports:
+            plan.need_import(*spec)
+        for spec in part.imports_if_used:
+            plan.need_import_if_used(*spec)
+        plan.unused_imports.extend(part.unused_imports)
+        plan.changes.extend(part.changes)
+        plan.diagnostics.extend(part.diagnostics)
+    return plan
 
 
 class _Applier(cst.CSTTransformer):

@@ -4,14 +4,18 @@ A directive in a comment at the end of a line suppresses what is reported on tha
 diagnostics located there, and the fixes whose Change is located there. Codes may also be given as
 a prefix (`DDP1`) or a rule name (`wrap-model`); a bare directive suppresses every code.
 
-Diagnostics are simply dropped. A fix cannot be: one rule's edits depend on each other (the
-`local_rank` that process-group setup defines is used by the device and wrap edits), and a Change
-does not say which edits it stands for, so cutting one edit out of a migrated file could leave
-code that parses and is wrong. Instead, when a suppressed Change is found, the migration is run
-again with that rule turned off for the file (the engine is pure and fast), and again if the new
-result has another suppressed Change, until none is left: the output is always what the engine
-produces for a consistent set of rules. The price is granularity: suppressing one of a rule's
-fixes turns off that rule's other fixes in the same file (say so in the README).
+Diagnostics are simply dropped. A fix goes whole: one rule's edits depend on each other (the
+`local_rank` that process-group setup defines is used by the device and wrap edits), so a
+suppressed Change turns its rule off for the file, with the fixes that require it
+(Options.fix_enabled), and the output is always what the engine produces for a consistent set of
+rules. Each fix plans into a plan of its own, so the engine drops the turned-off fixes' edits and
+Changes from what it planned (api._Planned.without) and finishes the file again, with no second
+parse or analysis. Where a fix that stays read what a dropped one planned (a statement it left
+because that fix already guarded it), dropping is not the same as never planning, and the file is
+migrated again with the rule turned off (`rerun`); launcher files are always migrated again. Either
+way the result may have another suppressed Change, and the loop goes on until none is left. The
+price is granularity: suppressing one of a rule's fixes turns off that rule's other fixes in the
+same file (say so in the README).
 """
 from __future__ import annotations
 
@@ -35,6 +39,8 @@ _SHELL_COMMENT = re.compile(r"(?:^|\s)(#[^\n]*)$")
 Suppressions = Dict[int, Optional[FrozenSet[str]]]
 
 Rerun = Callable[[str, Options], Result]
+#: The result with the fixes that the options turn off dropped, or None: migrate again (`Rerun`).
+Without = Callable[[Options], Optional[Result]]
 
 
 def python_suppressions(source: str) -> Suppressions:
@@ -88,11 +94,13 @@ def suppressed(suppressions: Suppressions, line: int, code: str, name: str = "")
     return any(code.startswith(s.upper()) or (name and s == name) for s in selectors)
 
 
-def apply(result: Result, source: str, options: Options, rerun: Rerun, suppressions: Suppressions) -> Result:
+def apply(result: Result, source: str, options: Options, rerun: Rerun, suppressions: Suppressions,
+          without: Optional[Without] = None) -> Result:
     """`result` with the suppressed findings gone (see the module docstring for how fixes go).
 
-    `rerun(source, options)` migrates `source` again; it is called only when a suppressed Change
-    is found, with the Change's rule added to `options.ignore`.
+    When a suppressed Change is found, the Change's rule is added to `options.ignore` and
+    `without(options)` drops it from what was planned; `rerun(source, options)` migrates `source`
+    again where that gives None, or where there is no `without`.
     """
     if not suppressions:
         return result
@@ -105,7 +113,8 @@ def apply(result: Result, source: str, options: Options, rerun: Rerun, suppressi
             break
         turned_off |= hit
         rerun_options = replace(options, ignore=(*options.ignore, *sorted(turned_off)))
-        result = rerun(source, rerun_options)
+        dropped = without(rerun_options) if without is not None else None
+        result = dropped if dropped is not None else rerun(source, rerun_options)
     diagnostics = tuple(
         d for d in result.diagnostics if not suppressed(suppressions, d.line, d.code, _name(d.code))
     )

@@ -273,7 +273,7 @@ def plan_checkpoints(facts: ScriptFacts, plan: Plan) -> None:
             if any(statement is top or _inside(facts, statement, top) for top in tail):
                 after_teardown.append(statement)
                 continue
-            if statement in plan.guards or not facts.after_setup(statement):
+            if plan.guarded(statement) or not facts.after_setup(statement):
                 continue
             plan.guard(statement, condition(facts))
             line, col = facts.line_col(statement)
@@ -346,16 +346,20 @@ def _post_training_on_rank_zero(facts: ScriptFacts, plan: Plan, saves: list) -> 
     plan.changes.append(Change(CHECKPOINT.code, line, col, "what runs after training (saves included) runs on rank 0 only"))
 
 
+def _in_guarded_helper(facts: ScriptFacts, plan: Plan, statement: cst.CSTNode) -> bool:
+    """Is `statement` in a checkpoint helper whose calls run on rank 0 already (plan_checkpoints)?"""
+    owner = facts.owner_of(statement)
+    return any(
+        facts.owner_of(site.inner) is owner and all(plan.guarded(guarded) for guarded in site.guard)
+        for site in facts.saves if site.inner is not None and site.guard
+    )
+
+
 def plan_logging(facts: ScriptFacts, plan: Plan) -> None:
     if not needs_setup(facts):
         return
-    # A checkpoint helper runs on rank 0 already where its calls are guarded (plan_checkpoints).
-    guarded_helpers = {
-        facts.owner_of(site.inner) for site in facts.saves
-        if site.inner is not None and site.guard and all(statement in plan.guards for statement in site.guard)
-    }
     for statement in facts.log_statements:
-        if statement in plan.guards or facts.owner_of(statement) in guarded_helpers:
+        if plan.guarded(statement) or _in_guarded_helper(facts, plan, statement):
             continue
         # Before the setup there is no process group to ask (and after the entry point returns it
         # is gone): torchrun's RANK says who is rank 0 there.
@@ -363,7 +367,7 @@ def plan_logging(facts: ScriptFacts, plan: Plan) -> None:
         line, col = facts.line_col(statement)
         plan.changes.append(Change(LOGGING.code, line, col, "progress printed on rank 0 only"))
     for statement, values in facts.hoisted_prints:
-        if statement in plan.guards or facts.owner_of(statement) in guarded_helpers:
+        if plan.guarded(statement) or _in_guarded_helper(facts, plan, statement):
             continue
         _print_computed_first(facts, plan, statement, values)
     for call in facts.progress_bars:
