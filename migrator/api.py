@@ -5,7 +5,6 @@ applies them -> imports added/removed once -> the output is parsed again before 
 """
 from __future__ import annotations
 
-import ast
 import functools
 from dataclasses import dataclass
 from typing import Callable, FrozenSet, List, Optional, Tuple, Union
@@ -17,6 +16,7 @@ from migrator.analysis import ScriptFacts, analyze
 from migrator.codegen import check_parses, with_imports
 from migrator.context import FileContext
 from migrator.errors import SourceParseError
+from migrator.parsing import parse
 from migrator.legacy_syntax import RULE as ASYNC_KEYWORD, rename_async_keywords
 from migrator.options import Options
 from migrator.triage import DISTRIBUTED, ENGINE, verdict
@@ -208,27 +208,3 @@ def _parse_renaming_async(source: str, options: Options) -> Tuple[cst.Module, st
         except SourceParseError:
             pass
         raise
-
-
-def parse(source: str) -> cst.Module:
-    try:
-        return cst.parse_module(source)
-    except cst.ParserSyntaxError as exc:
-        raise _syntax_error(source, exc) from None
-    except (RecursionError, MemoryError) as exc:  # pathological input; still not a traceback
-        raise SourceParseError(f"{type(exc).__name__} while parsing") from None
-
-
-def _syntax_error(source: str, exc: cst.ParserSyntaxError) -> SourceParseError:
-    """CPython says it best ("Missing parentheses in call to 'print'"), and at the exact place."""
-    try:
-        ast.parse(source)
-    except SyntaxError as error:
-        return SourceParseError(error.msg, error.lineno or 0, error.offset or 0)
-    except (ValueError, RecursionError, MemoryError):
-        pass
-    return SourceParseError(_first_line(exc.message), exc.raw_line, exc.raw_column + 1)
-
-
-def _first_line(message: str) -> str:
-    return message.strip().splitlines()[0] if message.strip() else "invalid syntax"

@@ -120,3 +120,47 @@ def test_a_suppressed_fix_that_another_read_plans_the_file_again(monkeypatch):
     assert len(calls) == 2
     assert result.code == migrate(source, Options(ignore=("DDP012",))).code
     assert "if dist.get_rank() == 0:\n        print(" in result.code
+
+
+# --------------------------------------------------------------------------- project mode's modules
+
+def _project_examples():
+    from test_rule_examples import _receivers
+    from migrator.project import ModuleRole
+
+    for rule in PROJECT_RULES:
+        for example in rule.examples:
+            role = ModuleRole(entries=("train.py",), models=_receivers(example.handed, "model"),
+                              epochs=_receivers(example.handed, "epoch"))
+            yield pytest.param(example.before, role, id=f"{rule.code}-{example.id}")
+
+
+@pytest.mark.parametrize("source, role", list(_project_examples()))
+def test_dropping_a_fix_from_a_module_is_planning_it_without_that_fix(source, role):
+    from migrator.project import rewrite
+
+    planned = rewrite._plan_module(source, Options(), role, True)
+    if isinstance(planned, api.Result):
+        return
+    for part in planned.parts:
+        if not part.owner or not (part.changes or part.replacements or part.before or part.guards):
+            continue
+        without = Options(ignore=(part.owner,))
+        dropped = planned.without(without)
+        again = rewrite._plan_module(source, without, role, True)
+        again = again if isinstance(again, api.Result) else again.result(without)
+        if dropped is not None:
+            assert dropped == again, f"dropping {part.owner} is not the same as planning without it"
+
+
+def test_a_network_factory_suppressed_leaves_its_dataparallel_reported():
+    from migrator.project import ModuleRole, migrate_module
+
+    example = next(e for e in RULES_BY_CODE["DDP037"].examples if e.after is not None)
+    line = next(change.line for change in migrate_module(example.before, ModuleRole(entries=("train.py",))).changes
+                if change.code == "DDP037")
+    lines = example.before.split("\n")
+    lines[line - 1] += "  # ddp-migrate: ignore[DDP037]"
+    result = migrate_module("\n".join(lines), ModuleRole(entries=("train.py",)))
+    assert result.code == "\n".join(lines)
+    assert "DDP140" in {d.code for d in result.diagnostics}  # planned again: the DataParallel blocks

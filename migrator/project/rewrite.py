@@ -21,12 +21,15 @@ that never set one up, and they keep running as before.
 
 Each concern plans in its own module, on the common ground of migrator.project.planner:
 samplers (DDP030), epochs (DDP031), checkpoints (DDP032-DDP034), outputs (DDP035, DDP036),
-devices (DDP037, DDP038). _Finder here walks the module once and hands each site to them.
+devices (DDP037, DDP038). _Finder here walks the module once and hands each site to them, each
+fix planning into a plan of its own, so that a suppressed fix is dropped from what was planned
+(`_Planned.without`, as in the per-file engine).
 """
 from __future__ import annotations
 
 import functools
-from typing import Optional, Set, Tuple
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
@@ -35,6 +38,7 @@ from migrator.codegen import check_parses, with_imports
 from migrator.analysis.facts import LazyPositions
 from migrator.bindings import dotted_name
 from migrator.options import Options
+from migrator.parsing import parse
 from migrator.project.devices import device_list, factory_dataparallel
 from migrator.project.rules import (
     MODULE_CHECKPOINT_KEYS, MODULE_DEVICE_LIST, MODULE_NETWORK_FACTORY, MODULE_MODEL_API,
@@ -60,39 +64,72 @@ def migrate_module(
     `parsed`: `source` already parsed, with its positions (the per-file engine has both), so
     neither is computed again.
 
-    `# ddp-migrate: ignore[DDP032]` comments work as in a script (migrator.suppress)."""
+    `# ddp-migrate: ignore[DDP032]` comments work as in a script (migrator.suppress): each fix
+    plans into a plan of its own, and a suppressed one is dropped from them."""
     options = options or Options()
-    engine = functools.partial(_migrate_module, role=role, rewrite=rewrite, parsed=(source, parsed) if parsed else None)
-    return suppress.apply(engine(source, options), source, options, engine, suppress.python_suppressions(source))
+    engine = functools.partial(_plan_module, role=role, rewrite=rewrite, parsed=(source, parsed) if parsed else None)
+    planned = engine(source, options)
+
+    def rerun(text: str, again: Options) -> Result:
+        replanned = engine(text, again)
+        return replanned if isinstance(replanned, Result) else replanned.result(again)
+
+    if isinstance(planned, Result):
+        return suppress.apply(planned, source, options, rerun, suppress.python_suppressions(source))
+    return suppress.apply(planned.result(options), source, options, rerun, suppress.python_suppressions(source),
+                          planned.without)
 
 
-def _migrate_module(
+def _plan_module(
     source: str, options: Options, role: ModuleRole, rewrite: bool,
     parsed: Optional[Tuple[str, Tuple[cst.Module, LazyPositions]]] = None,
-) -> Result:
+) -> Union[Result, "_Planned"]:
     if not any(word in source for word in ("DataLoader", "loader", "save", "state_dict", "model", "net", "iter", "data", "print", "tqdm",
                                              "mkdir", "makedirs", "set_device")):
         return Result(code=source, original=source)
     if parsed is not None and parsed[0] == source:  # a suppression's rerun gets other text, parsed anew
         module, positions = parsed[1]
     else:
-        module = cst.parse_module(source)
+        module = parse(source)  # a SourceParseError where it is not Python 3
         positions = LazyPositions(module)
     finder = _Finder(module, source, positions, role, options)
-    plan = finder.plan
-    if plan.empty:
-        return Result(code=source, diagnostics=tuple(plan.diagnostics), original=source)
-    changes = tuple(sorted(plan.changes, key=lambda c: (c.line, c.col)))
-    if not rewrite:
-        return Result(source, changes, tuple(plan.diagnostics), original=source, pending=True)
+    return _Planned(source, module, finder.parents, tuple(finder.parts), rewrite)
 
-    new = with_imports(edits.apply(module, plan, finder.parents), plan)
-    check_parses(new.code)
-    return Result(new.code, changes, tuple(plan.diagnostics), original=source)
+
+@dataclass(frozen=True)
+class _Planned:
+    """A module planned: each fix's plan, from which the Result is made (as api._Planned)."""
+
+    source: str
+    module: cst.Module
+    parents: Dict[cst.CSTNode, cst.CSTNode]
+    parts: Tuple[edits.Plan, ...]
+    rewrite: bool
+
+    def without(self, options: Options) -> Optional[Result]:
+        """The Result with the fixes `options` turns off dropped; None where a part that stays read
+        what one of them planned (the DataParallel report, which a network factory's fix takes on)."""
+        dropped = {part.owner for part in self.parts if part.owner and not options.fix_enabled(part.owner)}
+        if any(part.read_from & dropped for part in self.parts if part.owner not in dropped):
+            return None
+        return self.result(options)
+
+    def result(self, options: Options) -> Result:
+        source = self.source
+        kept = [part for part in self.parts if not part.owner or options.fix_enabled(part.owner)]
+        plan = edits.merged(kept, frozenset(part.owner for part in kept if part.owner))
+        if plan.empty:
+            return Result(code=source, diagnostics=tuple(plan.diagnostics), original=source)
+        changes = tuple(sorted(plan.changes, key=lambda c: (c.line, c.col)))
+        if not self.rewrite:
+            return Result(source, changes, tuple(plan.diagnostics), original=source, pending=True)
+        new = with_imports(edits.apply(self.module, plan, self.parents), plan)
+        check_parses(new.code)
+        return Result(new.code, changes, tuple(plan.diagnostics), original=source)
 
 
 class _Finder(Samplers, Epochs, Checkpoints, Outputs):
-    """Walks the module once and writes what it finds into an edits.Plan."""
+    """Walks the module once and writes what it finds into an edits.Plan per fix (`parts`)."""
 
     def __init__(self, module: cst.Module, source: str, positions: LazyPositions, role: ModuleRole, options: Options) -> None:
         self.role = role
@@ -100,7 +137,8 @@ class _Finder(Samplers, Epochs, Checkpoints, Outputs):
         self.positions = positions
         self.parents = parents_in_visit_order(module)
         self.module = module
-        self.plan = edits.Plan()
+        self.parts: List[edits.Plan] = []  # one per fix that runs (`_fix`), in planning order
+        self._fix("")
         self.names = ModuleNames.of(self.module)
         self.guarded_functions = set()
         self.saved_paths = set()
@@ -110,51 +148,69 @@ class _Finder(Samplers, Epochs, Checkpoints, Outputs):
         demo = {n for guard in main_guards(self.module) for n in walk(guard)}
         calls = [n for n in self.parents if isinstance(n, cst.Call) and n not in demo]
         loops = [n for n in self.parents if isinstance(n, cst.For) and n not in demo]
-        if self._on(MODULE_SAMPLER.code):
+        if self._fix(MODULE_SAMPLER.code):
             for call in calls:
                 self._sampler(call)
-        if self._on(MODULE_SET_EPOCH.code):
+        if self._fix(MODULE_SET_EPOCH.code):
             for loop in loops:
                 self._set_epoch(loop)
             for handler in (n for n in self.parents if isinstance(n, cst.ExceptHandler) and n not in demo):
                 self._restart_epoch(handler)
-        reached = reached_from(self.module, role.used) if role.used is not None else None
-        for call in calls if MODULE_SAMPLER.code in role.pieces else ():  # not in the migrated script itself
-            if reached is not None and self._top_level_owner(call) not in reached:
-                continue  # in a function the script never reaches from what it imports
-            if (dotted_name(call.func) or "").split(".")[-1] == "DataParallel" and not self._factory(call):
+        wrapping = self._wrapping(calls, role) if MODULE_SAMPLER.code in role.pieces else ()  # not in the migrated script itself
+        factories = [call for call in wrapping if self._factory(call)] if wrapping and self._fix(MODULE_NETWORK_FACTORY.code) else []
+        self._fix("")  # the reports: what no fix takes on
+        for call in wrapping:
+            if call not in factories:
                 self._report(call, DATAPARALLEL_IN_MODULE + ": the script wraps its model "
                                    "in DDP, and a DataParallel around that breaks it; wrap here in DDP by hand, or drop it")
-        if self._on(MODULE_DEVICE_LIST.code):
+        if factories:
+            self.plan.read_from.add(MODULE_NETWORK_FACTORY.code)  # without DDP037, they are reported too
+        if self._fix(MODULE_DEVICE_LIST.code):
             for call in calls:
                 self._device_list(call)
-        if self._on(MODULE_RANK_ZERO_SAVE.code):
+        if self._fix(MODULE_RANK_ZERO_SAVE.code):
             for call in calls:
                 self._save(call)
             for call in calls:
                 self._read_back(call)
-        if self._on(MODULE_CHECKPOINT_KEYS.code):
+        if self._fix(MODULE_CHECKPOINT_KEYS.code):
             for call in calls:
                 self._wrapper_test(call)
                 if role.unwrap_keys:
                     self._keys(call, handed=".module." not in source)
-        if self._on(MODULE_MODEL_API.code) and role.unwrap_keys and ".module." not in source:
+        if self._fix(MODULE_MODEL_API.code) and role.unwrap_keys and ".module." not in source:
             for node in list(self.parents):
                 if isinstance(node, cst.Attribute) and node not in demo:
                     self._model_api(node)
             for call in calls:
                 self._model_type(call)
-        if self._on(MODULE_RANK_ZERO_OUTPUT.code):
+        if self._fix(MODULE_RANK_ZERO_OUTPUT.code):
             for call in calls:
                 self._output(call)
-        if self._on(MODULE_SHARED_FOLDERS.code):
+        if self._fix(MODULE_SHARED_FOLDERS.code):
             for call in calls:
                 self._folder(call)
+
+    def _fix(self, code: str) -> bool:
+        """Whether fix `code` runs here; if it does, what follows plans into a plan of its own
+        (edits.Plan.for_fix; "": the reports no fix owns, which always run)."""
+        if code and not self._on(code):
+            return False
+        self.plan = edits.Plan().for_fix(code, self.parts)
+        self.parts.append(self.plan)
+        return True
+
+    def _wrapping(self, calls: List[cst.Call], role: ModuleRole) -> List[cst.Call]:
+        """The DataParallel calls in what the script reaches from what it imports."""
+        reached = reached_from(self.module, role.used) if role.used is not None else None
+        return [call for call in calls
+                if (reached is None or self._top_level_owner(call) in reached)
+                and (dotted_name(call.func) or "").split(".")[-1] == "DataParallel"]
 
     # ----------------------------------------------------------------- DDP037, DDP038
     def _factory(self, call: cst.Call) -> bool:
         """A network factory's `net = DataParallel(net, gpu_ids)`: planned (True), or left to report."""
-        if not self._on(MODULE_NETWORK_FACTORY.code) or not factory_dataparallel(
+        if not factory_dataparallel(
                 call, self._statement(call), self._enclosing(call, cst.FunctionDef), self.plan, self.names):
             return False
         self._change(MODULE_NETWORK_FACTORY.code, call, "DataParallel only without a process group: under torchrun "
