@@ -762,10 +762,12 @@ def _planning_failed(project: Sequence[Any], exc: Exception) -> Dict[str, "Updat
     from migrator.project.rules import MODULE_NEEDS_MIGRATION
     from migrator.types import Diagnostic
 
-    message = (f"internal error in project mode (please report it): {type(exc).__name__}: {exc}; this script was "
-               "migrated alone, and the modules it imports were not planned with it")
+    # Migrated alone, a script whose modules were to be planned with it may train wrong (a DataParallel
+    # left in a trainer, a sampler missing): it stays as it was, and says why.
+    message = (f"internal error in project mode (please report it): {type(exc).__name__}: {exc}; this script is "
+               "left unchanged: the modules it imports could not be planned with it")
     return {
-        file.path: Update(None, diagnostics=(Diagnostic(MODULE_NEEDS_MIGRATION.code, 1, 1, _one_line(message)),))
+        file.path: Update(None, diagnostics=(Diagnostic(MODULE_NEEDS_MIGRATION.code, 1, 1, _one_line(message)),), revert=True)
         for file in project if any(change.code == _SETUP_CODE for change in file.changes)
     }
 

@@ -413,7 +413,7 @@ def test_a_trainer_whose_base_class_builds_the_optimizer_is_followed(tmp_path):
     assert result.code.index("model = DDP(model") < result.code.index("trainer = Trainer(model")
 
 
-def test_a_planner_failure_keeps_each_file_and_says_so(tmp_path, monkeypatch):
+def test_a_planner_failure_leaves_the_script_unchanged_and_says_so(tmp_path, monkeypatch):
     import migrator.project.plan as plan
 
     def broken(*args, **kwargs):
@@ -425,6 +425,24 @@ def test_a_planner_failure_keeps_each_file_and_says_so(tmp_path, monkeypatch):
     assert result.exit_code == 1
     assert "internal error in project mode" in result.output and "RuntimeError: boom" in result.output
     assert "Traceback" not in result.output
+    result = _run("--in-place", str(tmp_path))
+    assert "this script is left unchanged" in result.output
+    assert (tmp_path / "train.py").read_text() == _ENTRY
+
+
+def test_a_bug_in_a_module_planner_is_reported_not_skipped(tmp_path, monkeypatch):
+    """An engine bug while planning a module is a reported decline of the script, never a module
+    silently left out of the migration (a missed DataParallel would break the DDP script)."""
+    from migrator.project import rewrite
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(rewrite, "_plan_module", broken)
+    _tree(tmp_path, {"train.py": _ENTRY, "loaders.py": _LOADERS, "saver.py": _SAVER})
+    result = _run("--in-place", str(tmp_path))
+    assert "internal error in project mode" in result.output and "RuntimeError: boom" in result.output
+    assert (tmp_path / "train.py").read_text() == _ENTRY
 
 
 def test_a_suppression_comment_in_a_module_is_honoured():

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from migrator.context import ProjectModules, package_of
+from migrator.errors import MigrateError
 from migrator.graph.modules import ModuleSummary
 from migrator.graph.values import Handed, Receivers, handed_values
 from migrator.options import Options
@@ -143,7 +144,7 @@ def _answered_by_distributed_callers(callers: Sequence[ProjectFile], graph: Proj
 def _module_update(file: ProjectFile, role: ModuleRole, options: Options, rewrite: bool) -> Optional[Update]:
     try:
         found, code = _planned(file, role, options, rewrite)
-    except Exception:  # noqa: BLE001 - a module the planner cannot read (MigrateError or worse) stays as the engine left it
+    except MigrateError:  # a module the planner cannot read stays as the engine left it (a bug is raised: cli reports it)
         return None
     # The engine's "no entry point here" for this module is answered: its caller is migrated with it.
     return Update(code, found.changes, found.diagnostics, _ANSWERED)
@@ -175,7 +176,7 @@ def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Opt
             role = ModuleRole((entry.display,), pieces=(MODULE_SET_EPOCH.code,),
                               **_merged([handed.get(os.path.realpath(entry.path))]))
             result, code = _planned(entry, role, options, rewrite)
-        except Exception:  # noqa: BLE001
+        except MigrateError:  # not Python 3 (an engine bug is raised: cli reports it)
             result = None
         if result is not None and result.changes:
             changes = result.changes
@@ -188,7 +189,7 @@ def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Opt
         try:
             role = ModuleRole((entry.display,), **_merged([handed.get(module)]))
             needs = migrate_module(text, role, options, rewrite=False)
-        except Exception:  # noqa: BLE001
+        except MigrateError:  # not Python 3 (an engine bug is raised: cli reports it)
             continue
         for change in needs.changes:
             unmet = unmet or change.code == MODULE_SAMPLER.code
@@ -257,7 +258,7 @@ def _dataparallel_module(reached, graph: ProjectGraph) -> Optional[Tuple[str, Tu
         used = graph.imported_names(chain[-2], module) if len(chain) == 2 else None
         try:
             found = migrate_module(text, ModuleRole(("the script",), used=used), rewrite=False)
-        except Exception:  # noqa: BLE001
+        except MigrateError:  # not Python 3 (an engine bug is raised: cli reports it)
             continue
         for diagnostic in found.diagnostics:
             if diagnostic.message.startswith(DATAPARALLEL_IN_MODULE):

@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
+from migrator.errors import MigrateError
 from migrator.project.graph import ProjectGraph
 from migrator.project.outcome import ProjectFile, Update, plannable, relative
 from migrator.project.rules import MODULE_NEEDS_MIGRATION
@@ -172,7 +173,7 @@ def _trains_unset(path: str, graph: ProjectGraph, engine: Engine, modules: Dict[
         return False
     try:
         alone = engine(ProjectFile(path, path, text, None))
-    except Exception:  # noqa: BLE001 - a module the engine cannot read is not followed
+    except MigrateError:  # a module that is not Python 3 is not followed (a bug in the engine is raised)
         return False
     if NO_ENTRY_POINT not in {d.code for d in alone.diagnostics}:
         return False
@@ -207,7 +208,7 @@ def _together(module: ProjectFile, scripts, files: Sequence[ProjectFile], graph:
                          "too and sets up no process group: the DDP models would run without one there")
     try:
         made = engine(module, set_up_by=scripts[0][0].display)
-    except Exception:  # noqa: BLE001 - a module the engine cannot migrate this way stays as it was
+    except MigrateError:  # a module the engine cannot migrate this way stays as it was
         return _declined(f"{shown} builds and trains its models, but migrating it with this script failed")
     if not any(c.code == WRAP for c in made.changes) or NO_ENTRY_POINT in {d.code for d in made.diagnostics}:
         why = next((f" ({shown}:{d.line} {d.code}: {d.message})" for d in made.diagnostics
@@ -217,7 +218,7 @@ def _together(module: ProjectFile, scripts, files: Sequence[ProjectFile], graph:
     for script, names in scripts:
         try:
             result = engine(script, trains_through=frozenset(names))
-        except Exception:  # noqa: BLE001
+        except MigrateError:
             result = None
         if result is None or not any(c.code == SETUP for c in result.changes):
             return _declined(f"{shown} builds and trains its models, but no place to set up the process group "
