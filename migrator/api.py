@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Callable, FrozenSet, List, Optional, Tuple, Union
+from typing import Callable, FrozenSet, List, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 
@@ -116,23 +116,29 @@ class _Planned:
     rewrite: bool
     parts: Tuple[edits.Plan, ...]
 
-    def without(self, options: Options) -> Optional[Result]:
-        """The Result with the fixes that `options` turns off dropped, or None where that is not the
-        same as planning the file again under `options`: a fix that stays read what a dropped one
-        planned (edits.Plan.guarded), or the `async=` rename the parse needed is turned off."""
-        dropped = {part.owner for part in self.parts if not options.fix_enabled(part.owner)}
-        if any(part.read_from & dropped for part in self.parts if part.owner not in dropped):
+    def without(self, options: Options, changes: FrozenSet[Change] = frozenset()) -> Optional[Result]:
+        """The Result with the fixes that `options` turns off dropped, and the sites of `changes`
+        (edits.Plan.site), or None where that is not the same as planning the file again without
+        them: a fix that stays read what a dropped one planned (edits.Plan.guarded), a Change is not
+        a site of its own, or the `async=` rename the parse needed is turned off."""
+        off = {part.owner for part in self.parts if not options.fix_enabled(part.owner)}
+        sites = [site for part in self.parts if part.owner not in off for site in part.sites
+                 if any(change in changes for change in site.changes)]
+        if not all(any(change in site.changes for site in sites) for change in changes):
+            return None
+        touched = off | {site.owner for site in sites}
+        if any(part.reads & (touched - {part.owner}) for part in self.parts if part.owner not in off):
             return None
         if self.renamed and not options.enabled(ASYNC_KEYWORD.code, ASYNC_KEYWORD.name):
             return None
-        return self.result(options)
+        return self.result(options, sites)
 
-    def result(self, options: Options) -> Result:
-        """The migrated file, with the fixes `options` leaves on: the finishing step, the reporters
-        (which read what the fixes planned), then the code."""
+    def result(self, options: Options, dropped: Sequence[edits.Plan] = ()) -> Result:
+        """The migrated file, with the fixes `options` leaves on but the sites in `dropped`: the
+        finishing step, the reporters (which read what the fixes planned), then the code."""
         source, module, facts, scope, context = self.source, self.module, self.facts, self.scope, self.context
         kept = [part for part in self.parts if options.fix_enabled(part.owner)]
-        plan = edits.merged(kept, frozenset(part.owner for part in kept))
+        plan = edits.merged(kept, frozenset(part.owner for part in kept), dropped)
         name_rank_checks(facts, plan, source)
         for _, reporter in REPORTERS:
             reporter(facts, plan)  # what it reports is filtered by code below, like every diagnostic

@@ -102,5 +102,8 @@ REQUIRES: Dict[str, Tuple[str, ...]] = {
     "DDP038": ("DDP001",),
 }
 
+#: Fixes whose sites stand alone (Rule.per_site): a suppression drops one site, not the fix.
+PER_SITE: FrozenSet[str] = frozenset({"DDP013"})
+
 #: Advisories that ask for no action: they never fail --check (every other finding does).
 INFORMATIONAL: FrozenSet[str] = frozenset({"DDP111", "DDP120", "DDP122", "DDP123"})

@@ -57,21 +57,36 @@ class Plan:
     owner: str = ""
     earlier: Tuple["Plan", ...] = ()
     read_from: Set[str] = field(default_factory=set)
+    # A fix whose sites stand alone (Rule.per_site: a print it guards) plans each into a site of
+    # its own (`site`), with its Change: suppressing that Change drops the one site.
+    sites: List["Plan"] = field(default_factory=list)
 
     def for_fix(self, code: str, earlier: Sequence["Plan"]) -> "Plan":
         """An empty plan for fix `code`, with this plan's settings, after the plans in `earlier`."""
         return Plan(batch=self.batch, eval=self.eval, spawn=self.spawn, fixes=self.fixes, owner=code,
                     earlier=tuple(earlier))
 
+    def site(self) -> "Plan":
+        """A plan for one site of this fix, with the site's Change (see `sites`)."""
+        site = Plan(batch=self.batch, eval=self.eval, spawn=self.spawn, fixes=self.fixes, owner=self.owner,
+                    earlier=(*self.earlier, self))
+        self.sites.append(site)
+        return site
+
     def guarded(self, statement: cst.CSTNode) -> bool:
         """Does `statement` already run under a guard, this fix's own or an earlier fix's?"""
-        if statement in self.guards:
+        if _guards(self, statement):
             return True
         for plan in self.earlier:
-            if statement in plan.guards:
+            if _guards(plan, statement):
                 self.read_from.add(plan.owner)
                 return True
         return False
+
+    @property
+    def reads(self) -> Set[str]:
+        """The fixes whose edits this fix read (`read_from`), its sites' included."""
+        return self.read_from.union(*(site.read_from for site in self.sites))
 
     def replace(self, node: cst.CSTNode, replacer: Replacer) -> None:
         self.replacements.setdefault(node, []).append(replacer)
@@ -120,13 +135,18 @@ class Plan:
                     or self.hoists or self.computed)
 
 
-def merged(parts: Sequence[Plan], fixes: FrozenSet[str]) -> Plan:
+def _guards(plan: Plan, statement: cst.CSTNode) -> bool:
+    return statement in plan.guards or any(statement in site.guards for site in plan.sites)
+
+
+def merged(parts: Sequence[Plan], fixes: FrozenSet[str], dropped: Sequence[Plan] = ()) -> Plan:
     """One plan holding the edits, Changes and diagnostics of `parts` (the fixes' plans, in planning
-    order), as if each fix had planned into it in turn: lists keep the fixes' order, and the first
-    guard of a statement wins (Plan.guard)."""
+    order, each followed by its sites but those in `dropped`), as if each fix had planned into it
+    in turn: lists keep the fixes' order, and the first guard of a statement wins (Plan.guard)."""
     settings = parts[0] if parts else Plan()
     plan = Plan(batch=settings.batch, eval=settings.eval, spawn=settings.spawn, fixes=fixes)
-    for part in parts:
+    left_out = {id(site) for site in dropped}
+    for part in (p for whole in parts for p in (whole, *whole.sites) if id(p) not in left_out):
         for target, source in ((plan.replacements, part.replacements), (plan.before, part.before),
                                (plan.after, part.after), (plan.wrap_with, part.wrap_with),
                                (plan.computed, part.computed)):

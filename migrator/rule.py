@@ -66,6 +66,9 @@ class Rule:
     # DDP003 makes): a selection that takes this rule takes them too, and ignoring one of them
     # turns this one off (migrator.options.Options.fixes, which says why).
     requires: Tuple[str, ...] = ()
+    # Each of its fixes stands alone (a print it guards): a `# ddp-migrate: ignore[CODE]` on one of
+    # them drops that one and keeps the others (edits.Plan.site). Other fixes go whole.
+    per_site: bool = False
 
     def explain(self) -> str:
         """The `--explain` text, in the shape of ruff's rule docs."""
@@ -84,6 +87,9 @@ class Rule:
             "## Fix safety",
             self.fix_safety.strip(),
         ]
+        if self.per_site:
+            parts += ["", f"Each of its fixes stands alone: `# ddp-migrate: ignore[{self.code}]` on the line of one leaves "
+                          "that one as it was and keeps the others."]
         for example in self.examples[:1]:
             fence = f"```{self.example_language}"
             heading = f"## Example (with `{example.flags}`)" if example.options else "## Example"

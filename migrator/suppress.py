@@ -15,7 +15,9 @@ because that fix already guarded it), dropping is not the same as never planning
 migrated again with the rule turned off (`rerun`); launcher files are always migrated again. Either
 way the result may have another suppressed Change, and the loop goes on until none is left. The
 price is granularity: suppressing one of a rule's fixes turns off that rule's other fixes in the
-same file (say so in the README).
+same file (say so in the README), except for a rule whose sites stand alone (Rule.per_site: each
+print it guards), where each site plans into a plan of its own with its Change (edits.Plan.site)
+and a suppression drops that site only.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from dataclasses import replace
 from typing import Callable, Dict, FrozenSet, Optional
 
 from migrator.options import Options
-from migrator.types import Result
+from migrator.types import Change, Result
 
 #: Present in any text that has a directive; cheap to look for before tokenizing anything.
 MARKER = "ddp-migrate:"
@@ -39,8 +41,9 @@ _SHELL_COMMENT = re.compile(r"(?:^|\s)(#[^\n]*)$")
 Suppressions = Dict[int, Optional[FrozenSet[str]]]
 
 Rerun = Callable[[str, Options], Result]
-#: The result with the fixes that the options turn off dropped, or None: migrate again (`Rerun`).
-Without = Callable[[Options], Optional[Result]]
+#: The result with the fixes that the options turn off dropped, and the sites of the Changes given,
+#: or None: migrate again (`Rerun`).
+Without = Callable[[Options, FrozenSet[Change]], Optional[Result]]
 
 
 def python_suppressions(source: str) -> Suppressions:
@@ -99,21 +102,33 @@ def apply(result: Result, source: str, options: Options, rerun: Rerun, suppressi
     """`result` with the suppressed findings gone (see the module docstring for how fixes go).
 
     When a suppressed Change is found, the Change's rule is added to `options.ignore` and
-    `without(options)` drops it from what was planned; `rerun(source, options)` migrates `source`
-    again where that gives None, or where there is no `without`.
+    `without(options, changes)` drops it from what was planned; `rerun(source, options)` migrates
+    `source` again where that gives None, or where there is no `without`. A Change of a fix whose
+    sites stand alone (codes.PER_SITE) is handed to `without` in `changes` instead, and only its
+    site is dropped; where that cannot be done, its fix goes whole like the others.
     """
     if not suppressions:
         return result
+    from migrator.codes import PER_SITE
+
     turned_off: set = set()
+    sites: set = set()  # the suppressed Changes of fixes whose sites stand alone
     rerun_options = options
     while True:
-        hit = {c.code for c in result.changes if suppressed(suppressions, c.line, c.code, _name(c.code))}
-        hit -= turned_off
-        if not hit:
+        hits = {c for c in result.changes if c.code not in turned_off and c not in sites
+                and suppressed(suppressions, c.line, c.code, _name(c.code))}
+        if not hits:
             break
-        turned_off |= hit
+        alone = {c for c in hits if c.code in PER_SITE and without is not None}
+        turned_off |= {c.code for c in hits - alone}
+        sites |= alone
         rerun_options = replace(options, ignore=(*options.ignore, *sorted(turned_off)))
-        dropped = without(rerun_options) if without is not None else None
+        dropped = without(rerun_options, frozenset(sites)) if without is not None else None
+        if dropped is None and sites:  # a site that does not stand alone here: its fix goes whole
+            turned_off |= {c.code for c in sites}
+            sites = set()
+            rerun_options = replace(options, ignore=(*options.ignore, *sorted(turned_off)))
+            dropped = without(rerun_options, frozenset()) if without is not None else None
         result = dropped if dropped is not None else rerun(source, rerun_options)
     diagnostics = tuple(
         d for d in result.diagnostics if not suppressed(suppressions, d.line, d.code, _name(d.code))

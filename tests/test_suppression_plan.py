@@ -164,3 +164,84 @@ def test_a_network_factory_suppressed_leaves_its_dataparallel_reported():
     result = migrate_module("\n".join(lines), ModuleRole(entries=("train.py",)))
     assert result.code == "\n".join(lines)
     assert "DDP140" in {d.code for d in result.diagnostics}  # planned again: the DataParallel blocks
+
+
+# --------------------------------------------------------------------------- fixes whose sites stand alone
+
+PRINTS = '''import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+    for epoch in range(2):
+        for step, (x, y) in enumerate(loader):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            print(f"epoch {epoch} step {step} loss {loss.item():.4f}")
+        print(f"epoch {epoch} done")
+    print("finished")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def _suppressed_print(source: str) -> str:
+    return source.replace('print(f"epoch {epoch} done")', 'print(f"epoch {epoch} done")  # ddp-migrate: ignore[DDP013]')
+
+
+def test_a_suppressed_print_is_left_alone_and_the_others_stay_on_rank_zero(monkeypatch):
+    source = _suppressed_print(PRINTS)
+    calls = _count_plans(monkeypatch)
+    result = migrate(source)
+    assert len(calls) == 1  # the site is dropped from what was planned
+    assert '\n        print(f"epoch {epoch} done")  # ddp-migrate: ignore[DDP013]\n' in result.code  # not guarded
+    assert 'if is_main:\n                print(f"epoch {epoch} step' in result.code
+    assert 'if is_main:\n        print("finished")' in result.code
+    assert [c.line for c in result.changes if c.code == "DDP013"] == [16, 18]
+    assert not result.notes  # no fix is turned off
+    assert {"DDP001", "DDP003", "DDP010", "DDP011"} <= {c.code for c in result.changes}
+    assert migrate(result.code).code == result.code
+
+
+@pytest.mark.parametrize("group", ["examples", pytest.param("fixtures", marks=pytest.mark.slow)])
+def test_each_site_dropped_alone_takes_only_its_own_change(group):
+    """Every site of a per-site fix in every rule example (and fixture), dropped alone: its Change
+    goes, every other Change stays, and the code parses (the engine checks it)."""
+    cases = [(p.values[0], p.values[1], p.values[2]) for p in (EXAMPLES if group == "examples" else FIXTURES)]
+    dropped_sites = 0
+    for source, options, context in cases:
+        planned = api._plan(source, options, context=context)
+        if isinstance(planned, api.Result):
+            continue
+        full = set(planned.result(options).changes)
+        for site in (site for part in planned.parts for site in part.sites if site.changes):
+            alone = planned.without(options, frozenset(site.changes))
+            if alone is None:
+                continue
+            dropped_sites += 1
+            assert set(alone.changes) == full - set(site.changes)
+    assert dropped_sites >= (3 if group == "examples" else 100)
+
+
+@pytest.mark.runtime
+def test_a_suppressed_print_runs_on_every_rank_under_torchrun(tmp_path):
+    from runtime_probe.checks import assert_clean_exit
+    from runtime_probe.harness import run_torchrun
+
+    script = tmp_path / "train.py"
+    script.write_text(migrate(_suppressed_print(PRINTS)).code)
+    (tmp_path / "run").mkdir()
+    report = run_torchrun(script, tmp_path / "run", label="a suppressed print")
+    assert_clean_exit(report)
+    lines = report.stdout.splitlines()
+    assert sum(line.endswith("epoch 1 done") for line in lines) == 2, report.explain()  # both ranks
+    assert sum("epoch 1 step 1 loss" in line for line in lines) == 1, report.explain()  # rank 0 only
+    assert sum(line.endswith("finished") for line in lines) == 1, report.explain()

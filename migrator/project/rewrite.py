@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Set, Tuple, Union
+from typing import Dict, FrozenSet, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
@@ -44,7 +44,7 @@ from migrator.project.rules import (
     MODULE_CHECKPOINT_KEYS, MODULE_DEVICE_LIST, MODULE_NETWORK_FACTORY, MODULE_MODEL_API,
     MODULE_RANK_ZERO_OUTPUT, MODULE_SHARED_FOLDERS, MODULE_RANK_ZERO_SAVE, MODULE_SAMPLER, MODULE_SET_EPOCH,
 )
-from migrator.types import Result
+from migrator.types import Change, Result
 from migrator.project.shapes import ModuleNames, main_guards, parents_in_visit_order, walk
 from migrator.project.planner import ModuleRole
 from migrator.project.samplers import Samplers
@@ -106,9 +106,12 @@ class _Planned:
     parts: Tuple[edits.Plan, ...]
     rewrite: bool
 
-    def without(self, options: Options) -> Optional[Result]:
+    def without(self, options: Options, changes: FrozenSet[Change] = frozenset()) -> Optional[Result]:
         """The Result with the fixes `options` turns off dropped; None where a part that stays read
-        what one of them planned (the DataParallel report, which a network factory's fix takes on)."""
+        what one of them planned (the DataParallel report, which a network factory's fix takes on).
+        Project mode's fixes go whole: none has sites of its own (`changes` is for those)."""
+        if changes:
+            return None
         dropped = {part.owner for part in self.parts if part.owner and not options.fix_enabled(part.owner)}
         if any(part.read_from & dropped for part in self.parts if part.owner not in dropped):
             return None

@@ -126,6 +126,7 @@ comprehension, `a if c else b`) stays unguarded (every rank must take part).""",
     fix="Wrap the print in `if dist.get_rank() == 0:`.",
     fix_safety="Safe; rank 0's numbers describe its own shard until metrics are all-reduced (see the summary).",
     requires=('DDP001',),
+    per_site=True,
     fixable=True,
     examples=(
         Example(
@@ -363,20 +364,22 @@ def plan_logging(facts: ScriptFacts, plan: Plan) -> None:
             continue
         # Before the setup there is no process group to ask (and after the entry point returns it
         # is gone): torchrun's RANK says who is rank 0 there.
-        plan.guard(statement, condition(facts) if facts.after_setup(statement) else ENV_RANK_ZERO)
+        site = plan.site()  # each print stands alone: suppressing one leaves the others guarded
+        site.guard(statement, condition(facts) if facts.after_setup(statement) else ENV_RANK_ZERO)
         line, col = facts.line_col(statement)
-        plan.changes.append(Change(LOGGING.code, line, col, "progress printed on rank 0 only"))
+        site.changes.append(Change(LOGGING.code, line, col, "progress printed on rank 0 only"))
     for statement, values in facts.hoisted_prints:
         if plan.guarded(statement) or _in_guarded_helper(facts, plan, statement):
             continue
-        _print_computed_first(facts, plan, statement, values)
+        _print_computed_first(facts, plan.site(), statement, values)
     for call in facts.progress_bars:
         if not facts.after_setup(call):
             continue
+        site = plan.site()
         disable = f"{facts.names.dist}.get_rank() != 0"
-        plan.replace(call, lambda c, disable=disable: _build.with_keyword(c, "disable", disable))
+        site.replace(call, lambda c, disable=disable: _build.with_keyword(c, "disable", disable))
         line, col = facts.line_col(call)
-        plan.changes.append(Change(LOGGING.code, line, col, "progress bar shown on rank 0 only"))
+        site.changes.append(Change(LOGGING.code, line, col, "progress bar shown on rank 0 only"))
 
 
 def _print_computed_first(facts: ScriptFacts, plan: Plan, statement, values) -> None:
