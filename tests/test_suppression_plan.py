@@ -211,6 +211,15 @@ def test_a_suppressed_print_is_left_alone_and_the_others_stay_on_rank_zero(monke
     assert migrate(result.code).code == result.code
 
 
+def test_a_suppressed_folder_is_left_alone_and_the_others_tolerate_each_other():
+    source = PRINTS.replace('    torch.manual_seed(0)\n', '    torch.manual_seed(0)\n    os.makedirs("runs")\n'
+                            '    os.makedirs("logs")  # ddp-migrate: ignore[DDP016]\n').replace("import torch\n", "import os\n\nimport torch\n", 1)
+    result = migrate(source)
+    assert 'os.makedirs("runs", exist_ok=True)' in result.code
+    assert 'os.makedirs("logs")  # ddp-migrate: ignore[DDP016]' in result.code
+    assert [c.code for c in result.changes].count("DDP016") == 1 and not result.notes
+
+
 @pytest.mark.parametrize("group", ["examples", pytest.param("fixtures", marks=pytest.mark.slow)])
 def test_each_site_dropped_alone_takes_only_its_own_change(group):
     """Every site of a per-site fix in every rule example (and fixture), dropped alone: its Change

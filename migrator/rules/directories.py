@@ -28,6 +28,7 @@ both see False, both call `os.makedirs(path)`, and the slower one dies with File
     fix="Add `exist_ok=True` (turning `os.mkdir` into `os.makedirs`).",
     fix_safety="Safe: it only stops raising when the directory is already there, which is what the script wanted.",
     fixable=True,
+    per_site=True,
     examples=(
         Example(
             id="output-dir",
@@ -161,16 +162,17 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
     if not needs_setup(facts):
         return
     for call, spelled_os in facts.directory_creations:
-        plan.replace(call, lambda c, spelled_os=spelled_os: _race_free(c, spelled_os))
+        site = plan.site()  # each folder stands alone: suppressing one leaves the others exist_ok
+        site.replace(call, lambda c, spelled_os=spelled_os: _race_free(c, spelled_os))
         line, col = facts.line_col(call)
-        plan.changes.append(Change(RULE.code, line, col, "directory created with exist_ok=True (every rank creates it)"))
+        site.changes.append(Change(RULE.code, line, col, "directory created with exist_ok=True (every rank creates it)"))
         statement = _statement_of(facts, call)
         if statement is not None and facts.after_setup(call) and _refused_if_there(facts, statement):
             # `if os.path.exists(out): raise ...` then `os.makedirs(out)`: the rank that creates the folder
             # first would make the others' check fail. Every rank checks, then waits, then creates.
-            plan.insert_before(statement, _build.statements(
+            site.insert_before(statement, _build.statements(
                 facts, f"{facts.names.dist}.barrier()  # every rank has checked the folder before one creates it\n"))
-            plan.changes.append(Change(RULE.code, line, col, (
+            site.changes.append(Change(RULE.code, line, col, (
                 "every rank checks that the folder is not there yet before any rank creates it (barrier)")))
 
 
