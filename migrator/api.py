@@ -60,18 +60,7 @@ def check(source: str, options: Optional[Options] = None, context: Optional[File
 def _suppressed(source: str, options: Options, engine: Callable[..., Union[Result, "_Planned"]]) -> Result:
     """The engine's result with the suppressed findings gone. A suppressed fix's edits are dropped
     from the plan (`_Planned.without`); the file is planned again only where another fix read them."""
-    planned = engine(source, options)
-    if isinstance(planned, Result):
-        return suppress.apply(planned, source, options, _rerun(engine), suppress.python_suppressions(source))
-    return suppress.apply(planned.result(options), source, options, _rerun(engine),
-                          suppress.python_suppressions(source), planned.without)
-
-
-def _rerun(engine) -> suppress.Rerun:
-    def rerun(source: str, options: Options) -> Result:
-        planned = engine(source, options)
-        return planned if isinstance(planned, Result) else planned.result(options)
-    return rerun
+    return suppress.apply_planned(engine, source, options, suppress.python_suppressions(source))
 
 
 def _migrate(source: str, options: Options, rewrite: bool = True, context: Optional[FileContext] = None,

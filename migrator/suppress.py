@@ -25,7 +25,7 @@ import io
 import re
 import tokenize
 from dataclasses import replace
-from typing import Callable, Dict, FrozenSet, Optional
+from typing import Any, Callable, Dict, FrozenSet, Optional
 
 from migrator.options import Options
 from migrator.types import Change, Result
@@ -137,6 +137,20 @@ def apply(result: Result, source: str, options: Options, rerun: Rerun, suppressi
     if diagnostics == result.diagnostics and not notes:
         return result
     return replace(result, diagnostics=diagnostics, notes=(*result.notes, *notes))
+
+
+def apply_planned(engine: Callable[[str, Options], Any], source: str, options: Options,
+                  suppressions: Suppressions) -> Result:
+    """`apply` for an engine that plans: `engine(source, options)` gives a Result (nothing to plan),
+    or what was planned, with `result(options)` and `without(options, changes)` (api._Planned)."""
+    def rerun(text: str, again: Options) -> Result:
+        planned = engine(text, again)
+        return planned if isinstance(planned, Result) else planned.result(again)
+
+    planned = engine(source, options)
+    if isinstance(planned, Result):
+        return apply(planned, source, options, rerun, suppressions)
+    return apply(planned.result(options), source, options, rerun, suppressions, planned.without)
 
 
 def _dropped_by_suppression(options: Options, rerun_options: Options, turned_off: set) -> tuple:

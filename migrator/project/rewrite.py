@@ -68,16 +68,7 @@ def migrate_module(
     plans into a plan of its own, and a suppressed one is dropped from them."""
     options = options or Options()
     engine = functools.partial(_plan_module, role=role, rewrite=rewrite, parsed=(source, parsed) if parsed else None)
-    planned = engine(source, options)
-
-    def rerun(text: str, again: Options) -> Result:
-        replanned = engine(text, again)
-        return replanned if isinstance(replanned, Result) else replanned.result(again)
-
-    if isinstance(planned, Result):
-        return suppress.apply(planned, source, options, rerun, suppress.python_suppressions(source))
-    return suppress.apply(planned.result(options), source, options, rerun, suppress.python_suppressions(source),
-                          planned.without)
+    return suppress.apply_planned(engine, source, options, suppress.python_suppressions(source))
 
 
 def _plan_module(
