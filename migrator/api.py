@@ -115,8 +115,8 @@ class _Planned:
                  if any(change in changes for change in site.changes)]
         if not all(any(change in site.changes for site in sites) for change in changes):
             return None
-        touched = off | {site.owner for site in sites}
-        if any(part.reads & (touched - {part.owner}) for part in self.parts if part.owner not in off):
+        kept = [part for part in self.parts if part.owner not in off]
+        if any(part.reads & off for part in kept) or any(part.sites_read & {id(site) for site in sites} for part in kept):
             return None
         if self.renamed and not options.enabled(ASYNC_KEYWORD.code, ASYNC_KEYWORD.name):
             return None

@@ -103,7 +103,7 @@ REQUIRES: Dict[str, Tuple[str, ...]] = {
 }
 
 #: Fixes whose sites stand alone (Rule.per_site): a suppression drops one site, not the fix.
-PER_SITE: FrozenSet[str] = frozenset({"DDP013", "DDP016"})
+PER_SITE: FrozenSet[str] = frozenset({"DDP012", "DDP013", "DDP016"})
 
 #: Advisories that ask for no action: they never fail --check (every other finding does).
 INFORMATIONAL: FrozenSet[str] = frozenset({"DDP111", "DDP120", "DDP122", "DDP123"})

@@ -57,6 +57,7 @@ class Plan:
     owner: str = ""
     earlier: Tuple["Plan", ...] = ()
     read_from: Set[str] = field(default_factory=set)
+    read_sites: Set[int] = field(default_factory=set)  # id() of the earlier fixes' sites it read
     # A fix whose sites stand alone (Rule.per_site: a print it guards) plans each into a site of
     # its own (`site`), with its Change: suppressing that Change drops the one site.
     sites: List["Plan"] = field(default_factory=list)
@@ -75,18 +76,26 @@ class Plan:
 
     def guarded(self, statement: cst.CSTNode) -> bool:
         """Does `statement` already run under a guard, this fix's own or an earlier fix's?"""
-        if _guards(self, statement):
+        if _guard_of(self, statement) is not None:
             return True
         for plan in self.earlier:
-            if _guards(plan, statement):
-                self.read_from.add(plan.owner)
+            holder = _guard_of(plan, statement)
+            if holder is not None:
+                if holder.owner != self.owner:
+                    self.read_from.add(holder.owner)
+                    self.read_sites.add(id(holder))
                 return True
         return False
 
     @property
     def reads(self) -> Set[str]:
-        """The fixes whose edits this fix read (`read_from`), its sites' included."""
+        """The other fixes whose edits this fix read (`read_from`), its sites' included."""
         return self.read_from.union(*(site.read_from for site in self.sites))
+
+    @property
+    def sites_read(self) -> Set[int]:
+        """id() of the other fixes' sites whose edits this fix read, its sites' included."""
+        return self.read_sites.union(*(site.read_sites for site in self.sites))
 
     def replace(self, node: cst.CSTNode, replacer: Replacer) -> None:
         self.replacements.setdefault(node, []).append(replacer)
@@ -135,8 +144,9 @@ class Plan:
                     or self.hoists or self.computed)
 
 
-def _guards(plan: Plan, statement: cst.CSTNode) -> bool:
-    return statement in plan.guards or any(statement in site.guards for site in plan.sites)
+def _guard_of(plan: Plan, statement: cst.CSTNode) -> Optional[Plan]:
+    """The plan, `plan` or one of its sites, that guards `statement` (None: neither)."""
+    return next((p for p in (plan, *plan.sites) if statement in p.guards), None)
 
 
 def merged(parts: Sequence[Plan], fixes: FrozenSet[str], dropped: Sequence[Plan] = ()) -> Plan:

@@ -45,7 +45,7 @@ def _dropped_and_planned_again(source: str, options: Options, context):
         return []
     found = []
     for part in planned.parts:
-        if not (part.changes or part.diagnostics or part.replacements or part.before or part.after or part.guards):
+        if not any(p.changes or p.diagnostics or p.replacements or p.before or p.after or p.guards for p in (part, *part.sites)):
             continue
         without = replace(options, ignore=(*options.ignore, part.owner))
         found.append((part.owner, planned.without(without), api._migrate(source, without, context=context)))
@@ -220,6 +220,24 @@ def test_a_suppressed_folder_is_left_alone_and_the_others_tolerate_each_other():
     assert [c.code for c in result.changes].count("DDP016") == 1 and not result.notes
 
 
+def _suppressed_save(source: str) -> str:
+    return source.replace('    print("finished")\n', '    print("finished")\n    torch.save(model.state_dict(), "model.pt")\n'
+                          '    torch.save(torch.get_rng_state(), "rng.pt")  # ddp-migrate: ignore[DDP012]\n')
+
+
+def test_a_suppressed_save_is_left_alone_and_the_others_stay_on_rank_zero(monkeypatch):
+    """A file each rank writes for itself (its own RNG state) is suppressed; the model's checkpoint
+    is still written by rank 0 alone (the whole fix turned off would have every rank write it)."""
+    source = _suppressed_save(PRINTS)
+    calls = _count_plans(monkeypatch)
+    result = migrate(source)
+    assert len(calls) == 1
+    assert 'if is_main:\n        print("finished")\n        torch.save(model.module.state_dict(), "model.pt")\n' in result.code
+    assert '\n    torch.save(torch.get_rng_state(), "rng.pt")  # ddp-migrate: ignore[DDP012]\n' in result.code
+    assert [c.code for c in result.changes].count("DDP012") == 1 and not result.notes
+    assert migrate(result.code).code == result.code
+
+
 @pytest.mark.parametrize("group", ["examples", pytest.param("fixtures", marks=pytest.mark.slow)])
 def test_each_site_dropped_alone_takes_only_its_own_change(group):
     """Every site of a per-site fix in every rule example (and fixture), dropped alone: its Change
@@ -241,15 +259,17 @@ def test_each_site_dropped_alone_takes_only_its_own_change(group):
 
 
 @pytest.mark.runtime
-def test_a_suppressed_print_runs_on_every_rank_under_torchrun(tmp_path):
+def test_a_suppressed_print_and_save_run_on_every_rank_under_torchrun(tmp_path):
     from runtime_probe.checks import assert_clean_exit
     from runtime_probe.harness import run_torchrun
 
     script = tmp_path / "train.py"
-    script.write_text(migrate(_suppressed_print(PRINTS)).code)
+    script.write_text(migrate(_suppressed_save(_suppressed_print(PRINTS))).code)
     (tmp_path / "run").mkdir()
-    report = run_torchrun(script, tmp_path / "run", label="a suppressed print")
+    report = run_torchrun(script, tmp_path / "run", label="a suppressed print and save")
     assert_clean_exit(report)
+    assert sorted(report.saved_paths(0)) == ["model.pt", "rng.pt"], report.explain()
+    assert report.saved_paths(1) == ["rng.pt"], report.explain()  # the suppressed save runs on every rank
     lines = report.stdout.splitlines()
     assert sum(line.endswith("epoch 1 done") for line in lines) == 2, report.explain()  # both ranks
     assert sum("epoch 1 step 1 loss" in line for line in lines) == 1, report.explain()  # rank 0 only

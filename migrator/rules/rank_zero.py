@@ -38,6 +38,7 @@ writes of one file: at best wasted I/O, at worst a truncated or interleaved chec
     fix="Wrap the write in `if dist.get_rank() == 0:` (neighbouring guarded statements share one).",
     fix_safety="Safe: no collective runs inside the guarded code.",
     requires=('DDP001',),
+    per_site=True,
     fixable=True,
     examples=(
         Example(
@@ -260,7 +261,7 @@ def plan_checkpoints(facts: ScriptFacts, plan: Plan) -> None:
     after_teardown: list = []
     for site in facts.saves:
         if site.in_lambda is not None and site.shared is None:
-            _lambda_on_rank_zero(facts, plan, site.in_lambda)
+            _lambda_on_rank_zero(facts, plan.site(), site.in_lambda)
             continue
         if site.shared is not None:
             line, col = facts.line_col(site.shared)
@@ -276,20 +277,24 @@ def plan_checkpoints(facts: ScriptFacts, plan: Plan) -> None:
                 continue
             if plan.guarded(statement) or not facts.after_setup(statement):
                 continue
-            plan.guard(statement, condition(facts))
+            # Each statement stands alone: suppressing one (a file each rank writes for itself)
+            # leaves the others on rank 0.
+            alone = plan.site()
+            alone.guard(statement, condition(facts))
             line, col = facts.line_col(statement)
             writes = any(call is site.call for call in descendants(statement, cst.Call))
             what = "checkpoint written" if writes or site.inner is not None else "checkpoint files managed (removed, copied)"
-            plan.changes.append(Change(CHECKPOINT.code, line, col, f"{what} on rank 0 only"))
+            alone.changes.append(Change(CHECKPOINT.code, line, col, f"{what} on rank 0 only"))
     if after_teardown:
-        _post_training_on_rank_zero(facts, plan, after_teardown)
+        _post_training_on_rank_zero(facts, plan.site(), after_teardown)
     for statement in facts.reads_after_write:
         if not facts.after_setup(statement):
             continue
         # The file is rank 0's now: nobody reads it back before rank 0 has finished writing it.
-        plan.insert_before(statement, _build.statements(facts, f"{facts.names.dist}.barrier()\n"))
+        alone = plan.site()
+        alone.insert_before(statement, _build.statements(facts, f"{facts.names.dist}.barrier()\n"))
         line, col = facts.line_col(statement)
-        plan.changes.append(Change(CHECKPOINT.code, line, col, "barrier before reading back rank 0's checkpoint"))
+        alone.changes.append(Change(CHECKPOINT.code, line, col, "barrier before reading back rank 0's checkpoint"))
 
 
 def _lambda_on_rank_zero(facts: ScriptFacts, plan: Plan, holder: cst.Lambda) -> None:
