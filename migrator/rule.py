@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 
+_HANDED_KINDS = {"state": "checkpoint state"}  # how the docs say what an Example's `handed` is
+
+
 @dataclass(frozen=True)
 class Example:
     """A small script and what the rule makes of it.
@@ -28,9 +31,9 @@ class Example:
     # Options fields it runs with: (("eval", "sharded"),) is `--eval sharded`, (("spawn", True),) is `--spawn`
     options: Tuple[Tuple[str, object], ...] = ()
     # Project mode's examples (a module a training script imports): where the script's model, loader
-    # or epoch is read in the module, as project mode follows it from the script's calls:
-    # (("model", "Trainer", "self.model"),) is "the script calls Trainer(model, ...), kept as
-    # self.model" (migrator.graph.values).
+    # epoch or checkpoint state ("model", "epoch", "state") is read in the module, as project mode
+    # follows it from the script's calls: (("model", "Trainer", "self.model"),) is "the script calls
+    # Trainer(model, ...), kept as self.model" (migrator.graph.values).
     handed: Tuple[Tuple[str, str, str], ...] = ()
 
     @property
@@ -38,7 +41,7 @@ class Example:
         """` (the training script hands over its model as `self.model` in `Trainer`)`, for the docs."""
         if not self.handed:
             return ""
-        where = ", ".join(f"its {kind} as `{spelled}` in `{scope}`" for kind, scope, spelled in self.handed)
+        where = ", ".join(f"its {_HANDED_KINDS.get(kind, kind)} as `{spelled}` in `{scope}`" for kind, scope, spelled in self.handed)
         return f" (the training script hands over {where})"
 
     @property

@@ -211,3 +211,59 @@ def test_a_base_class_loop_reaches_the_subclass_override(tmp_path):
     found = _values(tmp_path, files, "base.py", family)
     assert found == {"base.py": {"BaseTrainer._train_epoch": {"epoch"}}, "trainer.py": {"Trainer._train_epoch": {"n"}}}
     assert _values(tmp_path, files, "base.py") == {"base.py": {"BaseTrainer._train_epoch": {"epoch"}}}  # no family, no override
+
+
+def _states(root: Path, files: dict, models=("model",)) -> dict:
+    _tree(root, files)
+    INDEX.clear()
+    path = (root / "train.py").resolve()
+    summary = ModuleSummary(str(path), path.read_text(), package_of(path))
+    found = handed_values(ProjectModules.for_script(path).roots, summary, models)
+    return {os.path.relpath(os.path.realpath(p), root.resolve()): h.states.scopes for p, h in found.items() if h.states.scopes}
+
+
+def test_a_state_built_from_the_model_is_followed_into_a_saver_kept_on_self(tmp_path):
+    """`self.saver = Saver(args)` in the script's own trainer, then
+    `self.saver.save_checkpoint({"state_dict": ...}, is_best)`: the helper's `state` is a checkpoint."""
+    found = _states(tmp_path, {
+        "train.py": """
+            from utils.saver import Saver
+
+            class Trainer:
+                def __init__(self, args):
+                    self.saver = Saver(args)
+
+                def validation(self, epoch, model):
+                    self.saver.save_checkpoint({"epoch": epoch, "state_dict": model.state_dict()}, True)
+                    self.saver.save_experiment_config(epoch)
+        """,
+        "utils/__init__.py": "",
+        "utils/saver.py": """
+            class Saver:
+                def save_checkpoint(self, state, is_best):
+                    kept = state
+                    return kept
+
+                def save_experiment_config(self, epoch):
+                    return epoch
+        """,
+    })
+    assert found == {"utils/saver.py": {"Saver.save_checkpoint": {"state", "kept"}}}
+
+
+def test_a_module_handed_inside_a_dict_through_a_star_import(tmp_path):
+    """`from utils import *`, then `save_checkpoint(epoch, {"encoder": encoder})`: the dict keeps a
+    whole module, so it is a state; the epoch is not."""
+    found = _states(tmp_path, {
+        "train.py": """
+            from utils import *
+            encoder = Encoder()
+            for epoch in range(3):
+                save_checkpoint(epoch, {"encoder": encoder}, "data")
+        """,
+        "utils.py": """
+            def save_checkpoint(epoch, modules, name):
+                return modules
+        """,
+    }, models=("encoder",))
+    assert found == {"utils.py": {"save_checkpoint": {"modules"}}}

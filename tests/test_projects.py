@@ -19,6 +19,7 @@ import fixture_cases
 from migrator.cli import cli
 from migrator.project.graph import ProjectGraph, import_lines
 from migrator.project.plan import ProjectFile, plan_project
+from migrator.graph.values import Receivers
 
 CASES = fixture_cases.discover_projects()
 IDS = [case.name for case in CASES]
@@ -329,10 +330,35 @@ class Saver:
         torch.save(state, path)
         shutil.copyfile(path, "best.pt")
 '''
-    result = migrate_module(source, ModuleRole(("train.py",)))
+    states = Receivers({"Saver.save": {"state"}})  # the script calls saver.save({"model": model.state_dict()}, ...)
+    result = migrate_module(source, ModuleRole(("train.py",), states=states))
     assert result.code == source
     assert [d.code for d in result.diagnostics] == ["DDP140"]
     assert "goes on to use `path`" in result.diagnostics[0].message
+
+
+def test_a_checkpoint_is_told_by_what_it_saves_not_by_its_names():
+    """The same helper: a checkpoint where the script hands it a model's state, reported (not
+    guarded) where no call is seen to fill the parameter; a cache named like a checkpoint stays."""
+    from migrator.project import ModuleRole, migrate_module
+
+    source = '''import torch
+
+
+def save_checkpoint(state, path):
+    torch.save(state, path)
+
+
+def cache_model_inputs(dataset, model_path):
+    torch.save(dataset.tensors, model_path)
+'''
+    handed = migrate_module(source, ModuleRole(("train.py",), states=Receivers({"save_checkpoint": {"state"}})))
+    assert [(c.code, c.line) for c in handed.changes] == [("DDP032", 5)]
+    assert [(d.code, d.line) for d in handed.diagnostics] == [("DDP140", 9)]
+    unknown = migrate_module(source, ModuleRole(("train.py",)))
+    assert unknown.code == source
+    assert [(d.code, d.line) for d in unknown.diagnostics] == [("DDP140", 5), ("DDP140", 9)]
+    assert "a parameter of `save_checkpoint()` that no call seen fills with a model's state" in unknown.diagnostics[0].message
 
 
 def test_a_module_that_wraps_dataparallel_itself_keeps_the_script_unchanged(tmp_path):

@@ -23,12 +23,17 @@ def _receivers(handed, kind):
     return found
 
 
+def example_role(handed) -> ModuleRole:
+    """Project mode's role for a module whose example says what the script hands it."""
+    return ModuleRole(entries=("train.py",), models=_receivers(handed, "model"), epochs=_receivers(handed, "epoch"),
+                      states=_receivers(handed, "state"))
+
+
 def _run(rule, source, path=None, options=(), handed=()):
     if rule.code in LAUNCHER_CODES:
         return migrate_launcher(source, EXAMPLE_KIND)
     if rule.code in PROJECT_CODES:
-        role = ModuleRole(entries=("train.py",), models=_receivers(handed, "model"), epochs=_receivers(handed, "epoch"))
-        return migrate_module(source, role)
+        return migrate_module(source, example_role(handed))
     return migrate(source, Options(**dict(options)), context=FileContext(path=path) if path else None)
 
 

@@ -127,14 +127,11 @@ def test_a_suppressed_fix_that_another_read_plans_the_file_again(monkeypatch):
 # --------------------------------------------------------------------------- project mode's modules
 
 def _project_examples():
-    from test_rule_examples import _receivers
-    from migrator.project import ModuleRole
+    from test_rule_examples import example_role
 
     for rule in PROJECT_RULES:
         for example in rule.examples:
-            role = ModuleRole(entries=("train.py",), models=_receivers(example.handed, "model"),
-                              epochs=_receivers(example.handed, "epoch"))
-            yield pytest.param(example.before, role, id=f"{rule.code}-{example.id}")
+            yield pytest.param(example.before, example_role(example.handed), id=f"{rule.code}-{example.id}")
 
 
 @pytest.mark.parametrize("source, role", list(_project_examples()))

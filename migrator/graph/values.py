@@ -10,6 +10,11 @@ makes `self.x` the model in every method of the class and of the classes built o
 the spellings of the model in each scope: project mode unwraps exactly those (DDP033, DDP034),
 whatever they are called, and nothing that only shares a name with one (`self.model_dir`).
 
+A checkpoint's state flows the same way, seeded by each argument that carries the model's
+state without being the model (`save_checkpoint({"state_dict": model.state_dict()}, is_best)`):
+project mode writes what such a parameter holds on rank 0 only (DDP032), and it is how a save of a
+parameter is told from a data cache every rank may read back.
+
 The epoch number flows the same way, seeded by each call inside a counting loop that passes the
 loop's variable (`for epoch in range(n): trainer.train_epoch(epoch)`, in the script or in a
 module's own base class, whose `self._train_epoch(epoch)` runs a subclass's override): project
@@ -57,21 +62,23 @@ class Handed:
 
     models: Receivers = field(default_factory=Receivers)
     epochs: Receivers = field(default_factory=Receivers)
+    states: Receivers = field(default_factory=Receivers)
 
     def merge(self, other: "Handed") -> None:
-        for mine, theirs in ((self.models, other.models), (self.epochs, other.epochs)):
+        for mine, theirs in ((self.models, other.models), (self.epochs, other.epochs), (self.states, other.states)):
             for scope, spelled in theirs.scopes.items():
                 for name in spelled:
                     mine.add(scope, name)
 
 
 def handed_values(roots: Roots, script: ModuleSummary, models: Iterable[str], family: Family = ()) -> Dict[str, Handed]:
-    """Module path -> where the script's `models` and the variable of an epoch loop around the call
-    (`for epoch in range(n): trainer.train_epoch(epoch)`) are read there."""
+    """Module path -> where the script's `models`, the variable of an epoch loop around the call
+    (`for epoch in range(n): trainer.train_epoch(epoch)`) and the states that carry a model's
+    (`{"state_dict": model.state_dict()}`) are read there."""
     if script.tree is None:
         return {}
     wanted = set(models)
-    flows = {kind: _Flow(roots, family) for kind in ("models", "epochs")}
+    flows = {kind: _Flow(roots, family) for kind in ("models", "epochs", "states")}
     classes = _instances(script)  # `trainer = Trainer(...)`: `trainer.fit(model)` runs Trainer.fit
     epochs = _epoch_variables(script.tree)
     for cls, call in _calls(script.tree):
@@ -81,6 +88,8 @@ def handed_values(roots: Roots, script: ModuleSummary, models: Iterable[str], fa
                 kind = "models"
             elif isinstance(value, ast.Name) and value.id in epochs.get(call, ()):
                 kind = "epochs"
+            elif carries_state(value, wanted):
+                kind = "states"
             else:
                 continue
             flows[kind].call(script, call, cls, spec, classes)
@@ -89,6 +98,17 @@ def handed_values(roots: Roots, script: ModuleSummary, models: Iterable[str], fa
         for path, receivers in flow.found.items():
             setattr(found.setdefault(path, Handed()), kind, receivers)
     return found
+
+
+def carries_state(value: ast.expr, models: Set[str]) -> bool:
+    """Does `value` hold a module's state: a `state_dict()` in it, or one of `models` (`{"encoder":
+    encoder, "epoch": epoch}` keeps the whole module)?"""
+    for node in ast.walk(value):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "state_dict":
+            return True
+        if isinstance(node, (ast.Name, ast.Attribute)) and dotted(node) in models:
+            return True
+    return False
 
 
 def _resolve(roots: Roots, qualified: str, depth: int = 0) -> Optional[Tuple[ModuleSummary, ast.AST, Tuple[str, ...]]]:
@@ -163,12 +183,13 @@ class _Flow:
     def call(self, module: ModuleSummary, call: ast.Call, cls: Optional[ast.ClassDef], spec: Spec,
              classes: Dict[str, object]) -> None:
         """`call` in `module` (in a method of `cls`) hands the value over in its argument `spec`."""
-        target = _callee(module, call.func, cls)
+        target = _callee(self.roots, module, call.func, cls)
         name = dotted(call.func) or ""
-        head, _, rest = name.partition(".")
-        if target is None and head in classes and rest:  # `trainer.fit(model)`, `trainer = Trainer(...)` above
-            built = classes[head]
-            target = (built, rest) if isinstance(built, ast.ClassDef) else f"{built}.{rest}"
+        head = name.partition(".")[0]
+        owner, _, method = name.rpartition(".")
+        if target is None and owner in classes:  # `trainer.fit(model)`, `self.saver.save(state)`: built above
+            built = classes[owner]
+            target = (built, method) if isinstance(built, ast.ClassDef) else f"{built}.{method}"
         if isinstance(target, tuple):
             self._class(module, target[0], target[1], spec)
             if head == "self":
@@ -314,9 +335,9 @@ class _Flow:
                     self.call(module, call, cls, spec, {})
 
 
-def _callee(module: ModuleSummary, func: ast.expr, cls: Optional[ast.ClassDef]):
+def _callee(roots: Roots, module: ModuleSummary, func: ast.expr, cls: Optional[ast.ClassDef]):
     """What a call in `module` runs: a function of it, (a class of it, a method), or a qualified
-    name in another module of the project; None otherwise."""
+    name in another module of the project (through `from utils import *` too); None otherwise."""
     name = dotted(func)
     if name is None:
         return None
@@ -329,7 +350,10 @@ def _callee(module: ModuleSummary, func: ast.expr, cls: Optional[ast.ClassDef]):
         return local
     head, _, rest = name.partition(".")
     source = module.imports.get(head)
-    if source is None or source.split(".")[0] in NOT_PROJECT_PACKAGES or source.startswith("torch"):
+    if source is None:
+        return next((f"{star}.{name}" for star in module.star_imports
+                     if star.split(".")[0] not in NOT_PROJECT_PACKAGES and _resolve(roots, f"{star}.{name}") is not None), None)
+    if source.split(".")[0] in NOT_PROJECT_PACKAGES or source.startswith("torch"):
         return None
     return f"{source}.{rest}" if rest else source
 

@@ -2,17 +2,56 @@
 back after it), the model's keys and its own API through `.module` when it is wrapped in DDP."""
 from __future__ import annotations
 
+import builtins
+from typing import Iterator, Tuple
+
 import libcst as cst
 
+from migrator import names as N
 from migrator.bindings import dotted_name
 from migrator.project.rules import MODULE_CHECKPOINT_KEYS, MODULE_MODEL_API, MODULE_RANK_ZERO_SAVE
 from migrator.project.shapes import (
-    MODULE_API, first_statement, looks_like_checkpoint, path_used_after, save_function, source_of, walk,
+    MODULE_API, first_statement, path_used_after, short, source_of, walk,
 )
 from migrator.project.planner import Planner
 
+# What every rank must do, so a function that does it is never skipped by the other ranks: train,
+# load, or meet the others in a collective.
+_EVERY_RANK = frozenset({"backward", "step", "zero_grad", "load", "load_state_dict", "train", "eval"}) | frozenset(
+    name.rsplit(".", 1)[-1] for name in N.COLLECTIVES)
+# What a function that only writes may ask of the model: its state, on the device it is copied to.
+_STATE_OF_MODEL = frozenset({"state_dict", "cpu", "cuda", "to"})
+
 # What a module's `.cpu()`, `.to(device)`, `.float()` return: the module itself.
 _RETURNS_ITSELF = frozenset({"cpu", "cuda", "to", "float", "half", "double", "bfloat16"})
+
+
+def _bindings(function: cst.FunctionDef, name: str) -> Iterator[Tuple[cst.BaseExpression, bool]]:
+    """What `function` puts in the local `name`: (v, False) for `name = v` and `name.update(v)`,
+    (v, True) for an item of it, `name[k] = v`."""
+    for node in walk(function.body):
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                bound = target.target
+                if isinstance(bound, cst.Name) and bound.value == name:
+                    yield node.value, False
+                elif isinstance(bound, cst.Subscript) and isinstance(bound.value, cst.Name) and bound.value.value == name:
+                    yield node.value, True
+        elif (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "update"
+              and isinstance(node.func.value, cst.Name) and node.func.value.value == name):
+            yield from ((arg.value, False) for arg in node.args)
+
+
+def _is_parameter(function: cst.FunctionDef, name: str) -> bool:
+    params = function.params
+    every = (*params.posonly_params, *params.params, *params.kwonly_params,
+             *(p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)))
+    return any(param.name.value == name for param in every)
+
+
+def _bound_in(function: cst.FunctionDef, name: str) -> bool:
+    """A parameter of `function`, or a name it assigns."""
+    return _is_parameter(function, name) or any(True for _ in _bindings(function, name))
 
 
 class Checkpoints(Planner):
@@ -26,18 +65,24 @@ class Checkpoints(Planner):
         function = self._enclosing(call, cst.FunctionDef)
         if function is None or statement is None or self._rank_checked(call, function):
             return
-        if not looks_like_checkpoint(call, function):
-            self._report(call, "torch.save runs on every rank of the training script that calls this module; "
-                               "if it writes a checkpoint, write it on rank 0 only (if it caches data, every rank may need it)")
+        saved = call.args[0].value
+        if not self._saves_state(saved, call, function):
+            what = (f"`{saved.value}`, a parameter of `{function.name.value}()` that no call seen fills with a model's state"
+                    if isinstance(saved, cst.Name) and _is_parameter(function, saved.value) else
+                    f"`{short(saved)}`, which carries no model state seen here (a state_dict(), the script's model)")
+            self._report(call, f"torch.save of {what}, runs on every rank of the training script that calls this "
+                               "module: if it caches data, every rank may need it; if it writes a checkpoint, write it "
+                               "on rank 0 only")
             return
         dist = self.names.dist
         reused = path_used_after(call, statement, function)
-        if reused is not None and not save_function(function):
+        only_writes = self._only_writes(function)
+        if reused is not None and not only_writes:
             self._report(call, f"a checkpoint every rank writes, and `{function.name.value}()` goes on to use `{reused}` "
                                "after saving it: a rank check around the save alone would leave the other ranks reading "
                                "a file rank 0 may not have written yet; guard the save and what follows it by hand")
             return
-        if save_function(function):
+        if only_writes:
             if function not in self.guarded_functions:
                 self.guarded_functions.add(function)
                 guard = cst.parse_statement(
@@ -51,6 +96,72 @@ class Checkpoints(Planner):
         if len(call.args) > 1:
             self.saved_paths.add(source_of(call.args[1].value))
         self.names.need(self.plan, dist=True)
+
+    def _saves_state(self, value: cst.BaseExpression, at: cst.CSTNode, function: cst.FunctionDef,
+                     seen: Tuple[str, ...] = ()) -> bool:
+        """Is what `torch.save` writes a checkpoint: a module's state, not data every rank may read back?
+
+        It is when the value carries a `state_dict()`, the script's model or a state the script
+        hands over (`save_checkpoint({"state_dict": model.state_dict()}, ...)`: both followed from
+        its calls, migrator.graph.values), itself or through a local of the function it is built in
+        (`state = {...}`, `save_dict["model"] = ...`). Anything else (a parameter no caller is known
+        to fill, a tensor, a dataset) is reported, not guarded."""
+        for node in walk(value):
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict":
+                return True
+            spelled = dotted_name(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+            if spelled is None:
+                continue
+            if self._handed_over(at, spelled) or self._holds(self.role.states, at, spelled):
+                return True
+            if isinstance(node, cst.Name) and spelled not in seen and any(
+                    self._saves_state(assigned, at, function, (*seen, spelled)) for assigned, _ in _bindings(function, spelled)):
+                return True
+        return False
+
+    def _only_writes(self, function: cst.FunctionDef) -> bool:
+        """Does `function` only write what rank 0 saves, so that the other ranks may return at once?
+
+        It returns no value, keeps no state the ranks share (`self.best = ...`, a global), defines
+        and yields nothing, and runs nothing every rank must run (`_every_rank`), whatever it is
+        called."""
+        for node in walk(function.body):
+            if isinstance(node, cst.Return) and node.value is not None:
+                return False
+            if isinstance(node, (cst.Global, cst.Nonlocal, cst.Yield, cst.FunctionDef, cst.Lambda)):
+                return False
+            if isinstance(node, (cst.AugAssign, cst.AnnAssign)) and not isinstance(node.target, cst.Name):
+                return False  # state the other ranks keep too (`self.best = ...`): they must not skip it
+            if isinstance(node, cst.Assign) and any(not isinstance(t.target, (cst.Name, cst.Tuple)) for t in node.targets):
+                return False
+            if isinstance(node, cst.Attribute) and node.attr.value in _EVERY_RANK:
+                return False
+            if isinstance(node, cst.Call) and self._every_rank(node, function):
+                return False
+        return True
+
+    def _every_rank(self, call: cst.Call, function: cst.FunctionDef) -> bool:
+        """Might `call` run what every rank must: the model's forward (but for its state), a
+        method of the class or a callable it keeps (`self.evaluate()`, `self.net(x)`), a callable
+        bound in the function, a collective, or a function it hands the model to (which may run it)?"""
+        func = call.func
+        spelled = dotted_name(func)
+        if isinstance(func, cst.Name):
+            if func.value in _EVERY_RANK or _bound_in(function, func.value):
+                return True
+            if hasattr(builtins, func.value):
+                return False  # `type(self.model)`, `str(epoch)`: never the model's forward
+        elif spelled is not None and spelled.startswith("self.") and spelled.count(".") == 1:
+            return True
+        if spelled is not None and self._handed_over(call, spelled):
+            return True
+        if isinstance(func, cst.Attribute) and func.attr.value not in _STATE_OF_MODEL:
+            receiver = dotted_name(func.value)
+            if receiver is not None and self._handed_over(call, receiver):
+                return True
+        if spelled in self.names.torch_saves:
+            return False
+        return any(self._handed_over(call, name) for name in (dotted_name(arg.value) for arg in call.args) if name)
 
     def _read_back(self, call: cst.Call) -> None:
         """`torch.load(config.save_path)` of a file only rank 0 now writes: every rank waits for it."""

@@ -236,7 +236,7 @@ def _by_real_path(found: Dict[str, Handed]) -> Dict[str, Handed]:
 
 
 def _merged(found: List[Optional[Handed]]) -> Dict[str, Optional[Receivers]]:
-    """ModuleRole's models and epochs, from what several scripts hand one module (None:
+    """ModuleRole's models, epochs and states, from what several scripts hand one module (None:
     no script hands it anything)."""
     known = [h for h in found if h is not None]
     if not known:
@@ -244,7 +244,7 @@ def _merged(found: List[Optional[Handed]]) -> Dict[str, Optional[Receivers]]:
     merged = Handed()
     for handed in known:
         merged.merge(handed)
-    return {"models": merged.models, "epochs": merged.epochs}
+    return {"models": merged.models, "epochs": merged.epochs, "states": merged.states}
 
 
 def _dataparallel_module(reached, graph: ProjectGraph) -> Optional[Tuple[str, Tuple[str, ...], int]]:

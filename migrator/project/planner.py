@@ -44,9 +44,11 @@ class ModuleRole:
     batch: str = "per-process"  # Options.batch as it applies to the scripts (rules.global_batch)
     batch_why: str = ""
     used: Optional[Tuple[str, ...]] = None  # the names the script imports from it (None: the whole module)
-    # Where the scripts' model and epoch number are read here (migrator.graph.values; None: no caller known).
+    # Where the scripts' model, epoch number and checkpoint states are read here (migrator.graph.values;
+    # None: no caller known).
     models: Optional[Receivers] = None
     epochs: Optional[Receivers] = None
+    states: Optional[Receivers] = None
 
 
 class Planner:
@@ -99,10 +101,13 @@ class Planner:
         """Is `receiver` the script's model where `node` is? Followed from the script's calls into
         the project (migrator.graph.values), whatever it is called: `self.model`, `net`, `self.G`,
         a local `model = self.model`; never a name that only looks like one (`self.model_dir`)."""
-        if self.role.models is None:
+        return self._holds(self.role.models, node, receiver)
+
+    def _holds(self, receivers: Optional[Receivers], node: cst.CSTNode, receiver: str) -> bool:
+        if receivers is None:
             return False
         cls, method = self._top_level_scope(node)
-        return self.role.models.holds(method, cls, receiver)
+        return receivers.holds(method, cls, receiver)
 
     def _top_level_scope(self, node: cst.CSTNode) -> Tuple[Optional[str], Optional[str]]:
         """(the module-level class around `node`, the method of it, or the module-level function)."""

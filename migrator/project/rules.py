@@ -265,18 +265,25 @@ MODULE_RANK_ZERO_SAVE = Rule(
     summary="checkpoints written in a module the training script imports are written by rank 0 only",
     what="""
 In project mode, a `torch.save` of a checkpoint in a module that a migrated training script
-imports runs on rank 0 only: a function that only writes (`save_checkpoint`, `_save_checkpoint`:
-it returns nothing, trains nothing and loads nothing) returns early on the other ranks, so what
-it does after the save (copying the best model, writing a score file) is rank 0's too; any other
-`torch.save` is put under `if not dist.is_initialized() or dist.get_rank() == 0:`.""",
+imports runs on rank 0 only: a function that only writes (`save_checkpoint`, an `on_epoch_end`
+hook: it returns nothing, keeps no state the ranks share, and runs nothing every rank must run,
+neither the model's forward nor a method of its class, a load, a training step or a collective)
+returns early on the other ranks, so what it does after the save (copying the best model, writing
+a score file) is rank 0's too; any other `torch.save` is put under `if not dist.is_initialized() or dist.get_rank() == 0:`.
+
+A save is a checkpoint by what it writes, whatever it is called: a value that carries a
+`state_dict()`, the script's model, or a state the script hands over (`save_checkpoint({"state_dict":
+model.state_dict()}, is_best)` fills the helper's `state`), itself or through a local the function
+builds (`state = {...}`, `save_dict["model"] = ...`). Project mode follows the model and such
+states from the script's calls into the modules.""",
     why="""
 Every rank reaching the save writes the same file at the same time: wasted I/O at best, a
 truncated or interleaved checkpoint at worst, and a copy of a file another rank is still writing.""",
     fix="The rank check, conditional on a process group: a caller without one still saves.",
     fix_safety="""
-Safe for checkpoints. A `torch.save` that does not look like one (a cache of processed data that
-every rank reads back) is reported (DDP140), not guarded; a save under a rank check already is
-left alone.""",
+Safe for checkpoints. A `torch.save` of anything else (a cache of processed data that every rank
+reads back, or a parameter no caller is seen to fill with a model's state) is reported (DDP140),
+not guarded; a save under a rank check already is left alone.""",
     requires=('DDP001',),
     fixable=True,
     examples=(
@@ -307,6 +314,86 @@ class Saver:
         if is_best:
             shutil.copyfile(filename, "model_best.pth.tar")
 ''',
+            handed=(("state", "Saver.save_checkpoint", "state"),),
+        ),
+        Example(
+            id="state-built-here",
+            before='''import torch
+
+
+def save_model(model, epoch, path):
+    state = {"epoch": epoch}
+    state["model"] = model.state_dict()
+    torch.save(state, path)
+''',
+            after='''import torch
+import torch.distributed as dist
+
+
+def save_model(model, epoch, path):
+    state = {"epoch": epoch}
+    state["model"] = model.state_dict()
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        torch.save(state, path)
+''',
+        ),
+        Example(
+            id="a-hook-that-only-writes",
+            before='''import shutil
+
+import torch
+
+
+def on_epoch_end(epoch, state, path):
+    torch.save(state, path)
+    shutil.copyfile(path, "last.pt")
+''',
+            after='''import shutil
+
+import torch
+import torch.distributed as dist
+
+
+def on_epoch_end(epoch, state, path):
+    if dist.is_initialized() and dist.get_rank() != 0:
+        return  # one copy of each checkpoint: rank 0 writes it
+    torch.save(state, path)
+    shutil.copyfile(path, "last.pt")
+''',
+            handed=(("state", "on_epoch_end", "state"),),
+        ),
+        Example(
+            id="evaluates-before-it-saves",
+            before='''import shutil
+
+import torch
+
+
+class Trainer:
+    def save_best(self, loader, state, path):
+        self.evaluate(loader)
+        torch.save(state, path)
+        shutil.copyfile(path, "best.pt")
+''',
+            fires=False,
+            diagnostics=("DDP140",),
+            handed=(("state", "Trainer.save_best", "state"),),
+        ),
+        Example(
+            id="data-cache",
+            before='''import os
+
+import torch
+
+
+def load_features(dataset, path):
+    if not os.path.exists(path):
+        features = torch.stack([sample for sample, _ in dataset])
+        torch.save(features, path)
+    return torch.load(path)
+''',
+            fires=False,
+            diagnostics=("DDP140",),
         ),
         Example(
             id="already-on-rank-zero",

@@ -24,12 +24,6 @@ MODULE_API = frozenset({
     "share_memory", "extra_repr", "device_ids", "output_device",
 })
 
-
-
-CHECKPOINT_WORDS = ("state", "checkpoint", "ckpt", "model", "net", "weights")
-
-SAVE_FUNCTION_WORDS = ("save", "checkpoint", "ckpt")
-
 SAMPLER_KEYWORDS = ("sampler", "batch_sampler")
 
 
@@ -149,14 +143,6 @@ def wrappers(scope: cst.CSTNode) -> Dict[str, cst.BaseExpression]:
             found[node.targets[0].target.value] = node.value
     return found
 
-def looks_like_checkpoint(call: cst.Call, function: cst.FunctionDef) -> bool:
-    """A model's or trainer's state, not a cache of data every rank may read back."""
-    name = function.name.value.lower()
-    if any(word in name for word in ("checkpoint", "ckpt", "model", "weights", "snapshot")):
-        return True
-    saved = source_of(call.args[0].value).lower()
-    return any(word in saved for word in CHECKPOINT_WORDS)
-
 def path_used_after(call: cst.Call, statement: cst.SimpleStatementLine, function: cst.FunctionDef) -> Optional[str]:
     """The saved file's variable, when the function uses it again after the save (to copy it)."""
     if len(call.args) < 2 or not isinstance(call.args[1].value, cst.Name):
@@ -170,25 +156,6 @@ def path_used_after(call: cst.Call, statement: cst.SimpleStatementLine, function
         if seen and isinstance(node, cst.Name) and node.value == path and not inside(node, statement):
             return path
     return None
-
-def save_function(function: cst.FunctionDef) -> bool:
-    """A function that only writes: named for it, returns nothing, trains nothing, loads nothing."""
-    if not any(word in function.name.value.lower() for word in SAVE_FUNCTION_WORDS):
-        return False
-    for node in walk(function.body):
-        if isinstance(node, cst.Return) and node.value is not None:
-            return False
-        if isinstance(node, (cst.Global, cst.Nonlocal)):
-            return False
-        if isinstance(node, (cst.AugAssign, cst.AnnAssign)) and not isinstance(node.target, cst.Name):
-            return False  # state the other ranks keep too (`self.best = ...`): they must not skip it
-        if isinstance(node, cst.Assign) and any(not isinstance(t.target, (cst.Name, cst.Tuple)) for t in node.targets):
-            return False
-        if isinstance(node, (cst.Yield, cst.FunctionDef)):
-            return False
-        if isinstance(node, cst.Attribute) and node.attr.value in ("backward", "step", "load", "barrier", "all_reduce"):
-            return False
-    return True
 
 def first_statement(function: cst.FunctionDef) -> cst.BaseStatement:
     """The guard goes after the docstring."""
