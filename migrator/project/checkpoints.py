@@ -3,7 +3,7 @@ back after it), the model's keys and its own API through `.module` when it is wr
 from __future__ import annotations
 
 import builtins
-from typing import Iterator, Tuple
+from typing import Iterator, List, Tuple
 
 import libcst as cst
 
@@ -40,6 +40,15 @@ def _bindings(function: cst.FunctionDef, name: str) -> Iterator[Tuple[cst.BaseEx
         elif (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "update"
               and isinstance(node.func.value, cst.Name) and node.func.value.value == name):
             yield from ((arg.value, False) for arg in node.args)
+
+
+def _items(value: cst.BaseExpression) -> List[cst.BaseExpression]:
+    """The values of a dict, list or tuple display; [value] for anything else."""
+    if isinstance(value, cst.Dict):
+        return [e.value for e in value.elements if isinstance(e, cst.DictElement)]
+    if isinstance(value, (cst.List, cst.Tuple)):
+        return [e.value for e in value.elements]
+    return [value]
 
 
 def _is_parameter(function: cst.FunctionDef, name: str) -> bool:
@@ -198,6 +207,38 @@ class Checkpoints(Planner):
         self.names.need(self.plan, ddp=True)
         self._change(MODULE_CHECKPOINT_KEYS.code, call,
                      f"`{receiver}.{func.attr.value}()` through `.module` when it is wrapped in DDP (the original keys)")
+
+    def _pickled(self, call: cst.Call) -> None:
+        """`torch.save({"epoch": epoch, "model": model}, path)`, itself or through the local it is
+        built in (`state = {...}`): the script's model pickled whole. A pickled DDP wrapper cannot be
+        loaded without a process group, and a run resumed from it would wrap it twice: the bare
+        module is saved, as the script's own saves are, whatever the DataParallel the script had."""
+        if dotted_name(call.func) not in self.names.torch_saves or not call.args:
+            return
+        function = self._enclosing(call, cst.FunctionDef)
+        for node in self._saved_whole(call.args[0].value, function, ()):
+            receiver = dotted_name(node)
+            if node in self.pickled or receiver is None or not self._handed_over(call, receiver):
+                continue
+            self.pickled.add(node)
+            bare = f"({receiver}.module if isinstance({receiver}, {self.names.ddp}) else {receiver})"
+            self.plan.replace(node, lambda updated, bare=bare: cst.parse_expression(bare))
+            self.names.need(self.plan, ddp=True)
+            self._change(MODULE_CHECKPOINT_KEYS.code, node, f"`{receiver}` saved as the bare module, not its DDP wrapper "
+                                                            "(which cannot be loaded without a process group)")
+
+    def _saved_whole(self, value: cst.BaseExpression, function, seen: Tuple[str, ...]) -> Iterator[cst.BaseExpression]:
+        """What a save writes as values of their own: the value, the items of a dict, list or tuple
+        it is, and, for a local the function builds as one (`state = {...}`, `state["model"] = m`),
+        what it puts in it. An alias (`net = self.model`) is not followed: unwrapping it there
+        would change what the rest of the function runs."""
+        for item in _items(value):
+            if isinstance(item, (cst.Name, cst.Attribute)):
+                yield item
+            if isinstance(item, cst.Name) and function is not None and item.value not in seen:
+                for put, item_of_it in _bindings(function, item.value):
+                    if item_of_it or isinstance(put, (cst.Dict, cst.List, cst.Tuple)):
+                        yield from self._saved_whole(put, function, (*seen, item.value))
 
     def _chosen_by_name(self, call: cst.Call, receiver: cst.BaseExpression) -> bool:
         """`net = getattr(self, "net" + name)` in the function: one of the networks a subclass

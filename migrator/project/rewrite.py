@@ -136,6 +136,7 @@ class _Finder(Samplers, Epochs, Checkpoints, Outputs):
         self.names = ModuleNames.of(self.module)
         self.guarded_functions = set()
         self.saved_paths = set()
+        self.pickled = set()
         self._graph = None
         # Code under the module's own `if __name__ == "__main__":` runs only when it is run as a
         # script (a demo, a self-test), never for the training script that imports it.
@@ -170,6 +171,7 @@ class _Finder(Samplers, Epochs, Checkpoints, Outputs):
         if self._fix(MODULE_CHECKPOINT_KEYS.code):
             for call in calls:
                 self._wrapper_test(call)
+                self._pickled(call)
                 if role.unwrap_keys:
                     self._keys(call, handed=".module." not in source)
         if self._fix(MODULE_MODEL_API.code) and role.unwrap_keys and ".module." not in source:

@@ -420,11 +420,16 @@ the script's model in an imported module go through `.module` when the model is 
 The model is followed from the script's calls into the module (`Trainer(model, ...)`,
 `save_checkpoint(model, epoch)`): through parameters, `self.x = model`, a local `net = self.x`, the
 functions it is passed on to and base classes, whatever it is called there; an object that is only
-named like a model (`self.model_dir`) is left alone.""",
+named like a model (`self.model_dir`) is left alone.
+
+The script's model pickled whole (`state = {"epoch": epoch, "model": model}; torch.save(state,
+path)`) is saved as the bare module, whatever DataParallel the script had.""",
     why="""
 DDP's own `state_dict()` prefixes every key with `module.`: checkpoints written after the
-migration would no longer load into the unwrapped model (an evaluation script, a resumed run).""",
-    fix="`(model.module if isinstance(model, DDP) else model).state_dict()`.",
+migration would no longer load into the unwrapped model (an evaluation script, a resumed run).
+A pickled DDP wrapper is worse: it cannot be loaded without a process group, and a run resumed
+from it wraps it in DDP a second time.""",
+    fix="`(model.module if isinstance(model, DDP) else model).state_dict()`; `(model.module if isinstance(model, DDP) else model)` where the model is saved whole.",
     fix_safety="Safe: a model that is not wrapped is used as before. A module that spells `.module.` itself is left alone.",
     requires=('DDP003',),
     fixable=True,
@@ -450,6 +455,28 @@ class BaseTrainer:
         torch.save({"epoch": epoch, "state_dict": (self.model.module if isinstance(self.model, DDP) else self.model).state_dict()}, f"epoch{epoch}.pth")
 ''',
             handed=(("model", "BaseTrainer", "self.model"),),
+        ),
+        Example(
+            id="model-pickled-in-a-dict",
+            before='''import torch
+
+
+def save_checkpoint(epoch, model, optimizer):
+    state = {"epoch": epoch, "model": model, "optimizer": optimizer}
+    torch.save(state, "checkpoint.pth.tar")
+''',
+            after='''import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def save_checkpoint(epoch, model, optimizer):
+    if dist.is_initialized() and dist.get_rank() != 0:
+        return  # one copy of each checkpoint: rank 0 writes it
+    state = {"epoch": epoch, "model": (model.module if isinstance(model, DDP) else model), "optimizer": optimizer}
+    torch.save(state, "checkpoint.pth.tar")
+''',
+            handed=(("model", "save_checkpoint", "model"),),
         ),
         Example(
             id="optimizer-state",
