@@ -56,6 +56,7 @@ class _Collector(NameIndex):
 
     def resolve_calls(self) -> None:
         """After the traversal, when every import is known (scripts import late, too)."""
+        self.call_order: Dict[cst.Call, int] = {node: index for index, node in enumerate(self.calls)}
         for node in self.calls:
             qualified = self.resolve(node.func)
             if qualified:

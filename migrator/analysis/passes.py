@@ -85,7 +85,10 @@ class _Analysis:
         return next((a for a in self.ancestors(node) if isinstance(a, cst.ClassDef)), None)
 
     def calls(self, qnames: FrozenSet[str]) -> List[cst.Call]:
-        return [call for q in qnames for call in self.c.calls_by_qname.get(q, [])]
+        """The calls of any of `qnames`, in source order (a set's order changes with the hash seed,
+        and the first one found is the one a finding names)."""
+        found = [call for q in qnames for call in self.c.calls_by_qname.get(q, [])]
+        return sorted(found, key=self.c.call_order.__getitem__) if len(found) > 1 else found
 
     # -- facts ------------------------------------------------------------------------
     def facts(self) -> ScriptFacts:
