@@ -4,12 +4,15 @@ Plain functions taking the `_Analysis`; bound as its methods in `passes.py`.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from dataclasses import replace
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
 from migrator import names as N
-from migrator.analysis.facts import CudaCall, DeviceLiteral, EntryPoint, GpuIndex
+from migrator.names import attribute_name
+from migrator.tree import descendants
+from migrator.analysis.facts import CudaCall, DeviceLiteral, EntryPoint, GpuIndex, HelperDevice, ModelFact
 from migrator.analysis.helpers import Statement, _strings_in, code_of
 
 
@@ -68,6 +71,63 @@ def gpu_indexes(self) -> Tuple[GpuIndex, ...]:
         if whole is not None:
             found.append(GpuIndex(whole, self.scope_of(template), set_device=False))  # type: ignore[arg-type]
     return tuple(found)
+
+
+def helper_devices(self, models: Sequence[ModelFact], entry: Optional[EntryPoint]) -> Tuple[HelperDevice, ...]:
+    """The devices a trained model is moved to that a function this file cannot see into picks:
+    `device, device_ids = prepare_device(n_gpu)` ... `model = model.to(device)` in the entry scope.
+
+    Such a helper often returns `torch.device("cuda:0")`: every rank would put its model on the
+    first GPU while DDP is told `device_ids=[local_rank]`; or a CPU device on a GPU machine, where
+    DDP refuses device_ids. Only a variable bound once in the entry scope, before the move, by a
+    call that is not torch's. A function of this file is `seen`: DDP002 rewrites its device
+    strings where they are."""
+    if entry is None:
+        return ()
+    scope = entry.scope
+    own = {fn.name.value for fn in self.c.functions}
+    found: Dict[str, HelperDevice] = {}
+    for model in models:
+        if model.already_ddp or model.definition is None or model.scope is not scope:
+            continue
+        for call in self.c.calls:
+            device = _moved_to(call, model.expr, model.definition)
+            if device is None or self.scope_of(call) is not scope:
+                continue
+            if device.value in found:
+                known = found[device.value]
+                found[device.value] = replace(known, models=known.models | {model.expr})
+                continue
+            if device.value in self.c.params.get(scope, ()):
+                continue
+            bindings = [s for target, s in self.c.assignments if target == device.value and self.scope_of(s) is scope]
+            value = getattr(bindings[0].body[0], "value", None) if len(bindings) == 1 else None
+            if not isinstance(value, cst.Call) or self.c.order.get(bindings[0], 0) > self.c.order.get(call, 0):
+                continue
+            helper = value.func.value if isinstance(value.func, cst.Name) else attribute_name(value.func)
+            qname = self.c.resolve(value.func) or ""
+            if not helper or qname.split(".")[0] == "torch":
+                continue
+            if any(string in self.c.device_strings for string in _strings_in(value)):
+                continue
+            found[device.value] = HelperDevice(
+                bindings[0], device.value, code_of(value.func), frozenset({model.expr}), seen=helper in own,
+            )
+    return tuple(found.values())
+
+
+def _moved_to(call: cst.Call, model: str, definition: cst.CSTNode) -> Optional[cst.Name]:
+    """The device variable of `model.to(device)` (or of the move in the model's own definition,
+    `model = Net().to(device)`), if `call` is such a move."""
+    func = call.func
+    if not isinstance(func, cst.Attribute) or func.attr.value != "to" or not call.args:
+        return None
+    if code_of(func.value) != model and not any(node is call for node in descendants(definition, cst.Call)):
+        return None
+    first = call.args[0]
+    if first.keyword is not None and first.keyword.value != "device":
+        return None
+    return first.value if isinstance(first.value, cst.Name) else None
 
 
 def visible_devices(self) -> Tuple[Tuple[cst.SimpleStatementLine, str], ...]:

@@ -91,6 +91,18 @@ class DeviceLiteral:
 
 
 @dataclass(frozen=True)
+class HelperDevice:
+    """`device, ids = prepare_device(n)` ... `model.to(device)`: the model's device comes from a function
+    this file cannot see into, which may pick the same GPU on every rank (`torch.device("cuda:0")`)."""
+
+    statement: cst.SimpleStatementLine  # the one binding of the device variable in the entry scope
+    name: str  # the device variable
+    helper: str  # the function, as spelled (`prepare_device`)
+    models: FrozenSet[str] = frozenset()  # the models moved to it
+    seen: bool = False  # the helper is a function of this file (its device strings are rewritten there)
+
+
+@dataclass(frozen=True)
 class GpuIndex:
     """A GPU picked by the script: `torch.cuda.set_device(args.gpu)`, `"cuda:{}".format(args.gpu)`,
     `f"cuda:{gpu}"`. Under torchrun every rank would pick the same one."""
@@ -213,13 +225,13 @@ class ScriptFacts:
     distributed: Optional[Distributed]  # why the file is already distributed (None: it is not)
     has_destroy_process_group: bool
     models: Tuple[ModelFact, ...]
-    dataparallel_sites: Tuple[DataParallelSite, ...]
     blocking_dataparallel: Tuple[DataParallelSite, ...]  # feeds a trained model, cannot be rewritten
     other_dataparallel: Tuple[DataParallelSite, ...]  # elsewhere (inference code): left, and reported
     evaluation_dataparallel: Tuple[DataParallelSite, ...]  # of those, a final test after training: removed
     device_literals: Tuple[DeviceLiteral, ...]
     cuda_calls: Tuple[CudaCall, ...]
     gpu_indexes: Tuple[GpuIndex, ...]
+    helper_devices: Tuple[HelperDevice, ...]
     functional_dataparallel: Tuple[cst.Call, ...]  # nn.parallel.data_parallel(module, input, ids)
     download_statements: Tuple[Statement, ...]  # CIFAR10(root, download=True), download_data(root)
     batch_scalings: Tuple[Tuple[cst.SimpleStatementLine, str], ...]  # batch_size *= torch.cuda.device_count()

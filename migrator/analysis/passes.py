@@ -107,6 +107,16 @@ class _Analysis:
         if entry is None and models and import_time_model is None and self.context is not None and self.context.set_up_by:
             entry = _entry.caller_entry()
         device_var = self.entry_device_var(entry)
+        helper_devices = self.helper_devices(models, entry)
+        if helper_devices:
+            # DDP002 gives such a device this process's GPU only when it is one: the model is on a GPU
+            # exactly when the helper's device is a CUDA one, and DDP's device_ids follow it.
+            models = tuple(
+                replace(m_, cuda_condition=next(
+                    (f'str({d.name}).startswith("cuda")' for d in helper_devices if m_.expr in d.models), None))
+                if m_.cuda_condition is None else m_
+                for m_ in models
+            )
         cuda_calls = tuple(self.cuda_call(call) for call in self.c.cuda_calls if not self.is_chained_dp(call, dp_sites))
         device_var_needed = device_var is None and entry is not None and any(
             not c.guarded and not c.pinned and c.scope is entry.scope for c in cuda_calls
@@ -132,7 +142,6 @@ class _Analysis:
             distributed=distributed.evidence(self, self.context),
             has_destroy_process_group=bool(self.calls(N.DESTROY_PROCESS_GROUP)),
             models=models,
-            dataparallel_sites=dp_sites,
             blocking_dataparallel=blocking_dp,
             other_dataparallel=other_dp,
             evaluation_dataparallel=tuple(
@@ -142,6 +151,7 @@ class _Analysis:
             device_literals=tuple(filter(None, (self.device_literal(s) for s in self.c.device_strings))),
             cuda_calls=cuda_calls,
             gpu_indexes=self.gpu_indexes(),
+            helper_devices=helper_devices,
             functional_dataparallel=tuple(self.calls(N.FUNCTIONAL_DATAPARALLEL)),
             download_statements=self.download_statements(entry),
             batch_scalings=self.batch_scalings(),
@@ -444,6 +454,7 @@ class _Analysis:
     device_literal = _devices.device_literal
     gpu_indexes = _devices.gpu_indexes
     visible_devices = _devices.visible_devices
+    helper_devices = _devices.helper_devices
     is_torch_device_call = _devices.is_torch_device_call
     device_assignments = _devices.device_assignments
     entry_device_var = _devices.entry_device_var

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from migrator.analysis import CudaCall, DeviceLiteral, GpuIndex, ScriptFacts
+from migrator.analysis import CudaCall, DeviceLiteral, GpuIndex, HelperDevice, ScriptFacts
 from migrator.edits import Plan
 from migrator.rule import Example, Rule
 from migrator.rules import _build
@@ -22,7 +22,10 @@ fallback (a device string the script compares with `"cuda"` stays `"cuda"`: afte
 it is this process's GPU, and `if device == "cuda":` stays true); unconditional `x.cuda()` / `x.cuda(0)` become `x.to(device)`. A GPU the script picks by index
 (`torch.cuda.set_device(args.gpu)`, `"cuda:{}".format(args.gpu)`) becomes `local_rank`, and an
 `os.environ["CUDA_VISIBLE_DEVICES"] = ...` runs only when the script is not started by torchrun
-(whose caller picks the GPUs). Calls already guarded by a
+(whose caller picks the GPUs). A device a helper the file cannot see into returns
+(`device, ids = prepare_device(n_gpu)`, which may pick `cuda:0` on every rank) becomes this
+process's GPU right after it is bound, when it is a GPU; a CPU device it returns stays, and DDP's
+`device_ids` follow it. Calls already guarded by a
 CUDA check (`if args.cuda: model.cuda()`) are left as they are: after
 `torch.cuda.set_device(local_rank)` they land on the right GPU.""",
     why="""
@@ -116,6 +119,98 @@ if __name__ == "__main__":
         dist.destroy_process_group()
 ''',
         ),
+        Example(
+            id="device-a-helper-picks",
+            before='''import torch
+from utils import prepare_device
+
+if __name__ == "__main__":
+    device, device_ids = prepare_device(2)
+    model = torch.nn.Linear(4, 2).to(device)
+    if len(device_ids) > 1:
+        model = torch.nn.DataParallel(model, device_ids=device_ids)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.randn(8, 4).to(device)).sum().backward()
+    optimizer.step()
+''',
+            after='''import torch
+from utils import prepare_device
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+if __name__ == "__main__":
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        device, device_ids = prepare_device(2)
+        if str(device).startswith("cuda"):  # prepare_device() picks a GPU: under torchrun, this process's own
+            device = torch.device("cuda", local_rank)
+        model = torch.nn.Linear(4, 2).to(device)
+        model = DDP(model, device_ids=[local_rank] if str(device).startswith("cuda") else None)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(torch.randn(8, 4).to(device)).sum().backward()
+        optimizer.step()
+    finally:
+        dist.destroy_process_group()
+''',
+        ),
+        Example(
+            id="device-helper-of-this-file",
+            before='''import torch
+
+
+def prepare_device(n_gpu):
+    return torch.device("cuda:0" if n_gpu > 0 and torch.cuda.is_available() else "cpu"), list(range(n_gpu))
+
+
+if __name__ == "__main__":
+    device, device_ids = prepare_device(2)
+    model = torch.nn.Linear(4, 2).to(device)
+    if len(device_ids) > 1:
+        model = torch.nn.DataParallel(model, device_ids=device_ids)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.randn(8, 4).to(device)).sum().backward()
+    optimizer.step()
+''',
+            after='''import torch
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def prepare_device(n_gpu):
+    return torch.device(f"cuda:{local_rank}" if n_gpu > 0 and torch.cuda.is_available() else "cpu"), list(range(n_gpu))
+
+
+if __name__ == "__main__":
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        device, device_ids = prepare_device(2)
+        model = torch.nn.Linear(4, 2).to(device)
+        model = DDP(model, device_ids=[local_rank] if str(device).startswith("cuda") else None)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(torch.randn(8, 4).to(device)).sum().backward()
+        optimizer.step()
+    finally:
+        dist.destroy_process_group()
+''',
+        ),
     ),
 )
 
@@ -133,6 +228,9 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
         _plan_cuda_call(facts, plan, call)
     for index in facts.gpu_indexes:
         _plan_gpu_index(facts, plan, index)
+    for device in facts.helper_devices:
+        if not device.seen:
+            _plan_helper_device(facts, plan, device)
     for statement, environ in facts.visible_devices:
         # Under torchrun a script that narrows CUDA_VISIBLE_DEVICES to `--gpu_id 0` leaves every
         # rank one GPU, and set_device(local_rank) fails on rank 1. torchrun's caller picks the GPUs.
@@ -142,6 +240,22 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
             RULE.code, line, col,
             "CUDA_VISIBLE_DEVICES set by the script only when not started by torchrun (set it on the torchrun command line)",
         ))
+
+
+HELPER_DEVICE = """if str({name}).startswith("cuda"):  # {helper}() picks a GPU: under torchrun, this process's own
+	{name} = {torch}.device("cuda", local_rank)
+"""
+
+
+def _plan_helper_device(facts: ScriptFacts, plan: Plan, device: HelperDevice) -> None:
+    """`device, ids = prepare_device(n)`: a GPU the helper picks becomes this process's own; a CPU
+    it picks stays (the model then stays on the CPU, and DDP gets no device_ids)."""
+    text = HELPER_DEVICE.format(name=device.name, helper=device.helper, torch=facts.names.torch)
+    plan.insert_after(device.statement, _build.statements(facts, text))
+    line, col = facts.line_col(device.statement)
+    plan.changes.append(Change(
+        RULE.code, line, col, f"a GPU `{device.helper}()` picks for `{device.name}` becomes this process's GPU (local_rank)",
+    ))
 
 
 def _plan_gpu_index(facts: ScriptFacts, plan: Plan, index: GpuIndex) -> None:
