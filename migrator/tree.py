@@ -187,6 +187,18 @@ def with_keyword(call: cst.Call, name: str, value: str) -> cst.Call:
     return call.with_changes(args=[*call.args, keyword_arg(name, cst.parse_expression(value))])
 
 
+def parameters(function: cst.FunctionDef) -> List[cst.Param]:
+    """Every parameter of `function`, in order: positional-only, plain, `*args`, keyword-only, `**kwargs`."""
+    params = function.params
+    star = [params.star_arg] if isinstance(params.star_arg, cst.Param) else []
+    kwargs = [params.star_kwarg] if params.star_kwarg is not None else []
+    return [*params.posonly_params, *params.params, *star, *params.kwonly_params, *kwargs]
+
+
+def parameter_names(function: cst.FunctionDef) -> FrozenSet[str]:
+    return frozenset(param.name.value for param in parameters(function))
+
+
 def class_constructors(module: cst.Module) -> Dict[str, cst.FunctionDef]:
     """The module-level classes of the file by name, each with its own `__init__`."""
     found: Dict[str, cst.FunctionDef] = {}

@@ -12,7 +12,7 @@ from migrator import names as N
 from migrator.analysis.facts import EntryPoint, ModelFact
 from migrator.bindings import dotted_name
 from migrator.analysis.helpers import Block, Statement, _called_names, _referenced_names
-from migrator.tree import descendants
+from migrator.tree import descendants, parameters
 
 
 # -- entry point -------------------------------------------------------------------
@@ -191,8 +191,8 @@ def _definition_time_names(statement: cst.CSTNode) -> Set[str]:
     found: Set[str] = set()
     if isinstance(statement, cst.FunctionDef):
         parts = [d.decorator for d in statement.decorators]
-        parts += [p.default for p in _parameters(statement) if p.default is not None]
-        parts += [p.annotation for p in _parameters(statement) if p.annotation is not None]
+        parts += [p.default for p in parameters(statement) if p.default is not None]
+        parts += [p.annotation for p in parameters(statement) if p.annotation is not None]
         if statement.returns is not None:
             parts.append(statement.returns)
         for part in parts:
@@ -206,12 +206,6 @@ def _definition_time_names(statement: cst.CSTNode) -> Set[str]:
             else:
                 found |= _referenced_names(inner)
     return found
-
-
-def _parameters(fn: cst.FunctionDef):
-    params = fn.params
-    star = [params.star_arg] if isinstance(params.star_arg, cst.Param) else []
-    return [*params.posonly_params, *params.params, *star, *params.kwonly_params, *([params.star_kwarg] if params.star_kwarg else [])]
 
 
 def holds_loop(self, statement: cst.CSTNode) -> bool:

@@ -10,7 +10,7 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.names import attribute_name
-from migrator.tree import descendants
+from migrator.tree import descendants, parameters
 from migrator.analysis.facts import DataParallelSite, ModelFact
 from migrator.analysis.helpers import (
     Statement,
@@ -489,7 +489,7 @@ def moved_in_callee(self, expr: str, definition: Optional[Statement]) -> Optiona
 
 def _annotated_module(function: cst.FunctionDef, name: str) -> bool:
     """Is parameter `name` annotated as a module (`model: torch.nn.Module`, `net: nn.Module`)?"""
-    for param in (*function.params.params, *function.params.kwonly_params, *function.params.posonly_params):
+    for param in parameters(function):
         if param.name.value == name and param.annotation is not None:
             return "Module" in code_of(param.annotation.annotation)
     return False

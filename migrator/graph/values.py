@@ -28,7 +28,7 @@ from __future__ import annotations
 import ast
 import os
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from migrator.graph.modules import NOT_PROJECT_PACKAGES, ModuleSummary, dotted, lookup
 
@@ -111,7 +111,15 @@ def carries_state(value: ast.expr, models: Set[str]) -> bool:
     return False
 
 
-def _resolve(roots: Roots, qualified: str, depth: int = 0) -> Optional[Tuple[ModuleSummary, ast.AST, Tuple[str, ...]]]:
+class Definition(NamedTuple):
+    """What a qualified name is defined as: the module, its top-level node, the dotted names inside."""
+
+    module: ModuleSummary
+    node: ast.AST
+    names: Tuple[str, ...]
+
+
+def _resolve(roots: Roots, qualified: str, depth: int = 0) -> Optional[Definition]:
     """The definition `qualified` names, through package `__init__` re-exports (`from .x import
     Trainer`, `from .x import *`)."""
     found = lookup(roots, qualified)
@@ -120,7 +128,7 @@ def _resolve(roots: Roots, qualified: str, depth: int = 0) -> Optional[Tuple[Mod
     module, names = found
     node = module.definitions.get(names[0])
     if node is not None:
-        return module, node, names
+        return Definition(module, node, names)
     source = module.imports.get(names[0])
     candidates = [".".join((source, *names[1:]))] if source is not None else [
         ".".join((star, *names)) for star in module.star_imports]
@@ -190,7 +198,9 @@ class _Flow:
         if target is None and owner in classes:  # `trainer.fit(model)`, `self.saver.save(state)`: built above
             built = classes[owner]
             target = (built, method) if isinstance(built, ast.ClassDef) else f"{built}.{method}"
-        if isinstance(target, tuple):
+        if isinstance(target, Definition):
+            self._seed_definition(target, spec)
+        elif isinstance(target, tuple):
             self._class(module, target[0], target[1], spec)
             if head == "self":
                 for owner, subclass in self._subclasses(module, target[0]):
@@ -219,8 +229,10 @@ class _Flow:
 
     def seed(self, qualified: str, spec: Spec) -> None:
         found = _resolve(self.roots, qualified)
-        if found is None:
-            return
+        if found is not None:
+            self._seed_definition(found, spec)
+
+    def _seed_definition(self, found: Definition, spec: Spec) -> None:
         module, node, names = found
         if isinstance(node, ast.ClassDef):
             self._class(module, node, names[1] if len(names) > 1 else "__init__", spec)
@@ -336,8 +348,8 @@ class _Flow:
 
 
 def _callee(roots: Roots, module: ModuleSummary, func: ast.expr, cls: Optional[ast.ClassDef]):
-    """What a call in `module` runs: a function of it, (a class of it, a method), or a qualified
-    name in another module of the project (through `from utils import *` too); None otherwise."""
+    """What a call in `module` runs: a function of it, (a class of it, a method), or the Definition
+    in another module of the project (through `from utils import *` too); None otherwise."""
     name = dotted(func)
     if name is None:
         return None
@@ -351,11 +363,12 @@ def _callee(roots: Roots, module: ModuleSummary, func: ast.expr, cls: Optional[a
     head, _, rest = name.partition(".")
     source = module.imports.get(head)
     if source is None:
-        return next((f"{star}.{name}" for star in module.star_imports
-                     if star.split(".")[0] not in NOT_PROJECT_PACKAGES and _resolve(roots, f"{star}.{name}") is not None), None)
+        stars = (_resolve(roots, f"{star}.{name}") for star in module.star_imports
+                 if star.split(".")[0] not in NOT_PROJECT_PACKAGES)
+        return next((found for found in stars if found is not None), None)
     if source.split(".")[0] in NOT_PROJECT_PACKAGES or source.startswith("torch"):
         return None
-    return f"{source}.{rest}" if rest else source
+    return _resolve(roots, f"{source}.{rest}" if rest else source)
 
 
 def _calls(tree: ast.Module) -> Iterable[Tuple[Optional[ast.ClassDef], ast.Call]]:

@@ -14,6 +14,7 @@ from migrator.project.shapes import (
     MODULE_API, first_statement, path_used_after, short, source_of, walk,
 )
 from migrator.project.planner import Planner
+from migrator.tree import parameter_names
 
 # What every rank must do, so a function that does it is never skipped by the other ranks: train,
 # load, or meet the others in a collective.
@@ -51,16 +52,9 @@ def _items(value: cst.BaseExpression) -> List[cst.BaseExpression]:
     return [value]
 
 
-def _is_parameter(function: cst.FunctionDef, name: str) -> bool:
-    params = function.params
-    every = (*params.posonly_params, *params.params, *params.kwonly_params,
-             *(p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)))
-    return any(param.name.value == name for param in every)
-
-
 def _bound_in(function: cst.FunctionDef, name: str) -> bool:
     """A parameter of `function`, or a name it assigns."""
-    return _is_parameter(function, name) or any(True for _ in _bindings(function, name))
+    return name in parameter_names(function) or any(True for _ in _bindings(function, name))
 
 
 class Checkpoints(Planner):
@@ -77,7 +71,7 @@ class Checkpoints(Planner):
         saved = call.args[0].value
         if not self._saves_state(saved, call, function):
             what = (f"`{saved.value}`, a parameter of `{function.name.value}()` that no call seen fills with a model's state"
-                    if isinstance(saved, cst.Name) and _is_parameter(function, saved.value) else
+                    if isinstance(saved, cst.Name) and saved.value in parameter_names(function) else
                     f"`{short(saved)}`, which carries no model state seen here (a state_dict(), the script's model)")
             self._report(call, f"torch.save of {what}, runs on every rank of the training script that calls this "
                                "module: if it caches data, every rank may need it; if it writes a checkpoint, write it "
@@ -133,7 +127,12 @@ class Checkpoints(Planner):
 
         It returns no value, keeps no state the ranks share (`self.best = ...`, a global), defines
         and yields nothing, and runs nothing every rank must run (`_every_rank`), whatever it is
-        called."""
+        called. Asked once per function (a function may save several things)."""
+        if function not in self.writers:
+            self.writers[function] = self._writes_only(function)
+        return self.writers[function]
+
+    def _writes_only(self, function: cst.FunctionDef) -> bool:
         for node in walk(function.body):
             if isinstance(node, cst.Return) and node.value is not None:
                 return False

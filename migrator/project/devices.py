@@ -24,6 +24,7 @@ import libcst as cst
 from migrator import edits
 from migrator.bindings import dotted_name
 from migrator.project.shapes import ModuleNames, source_of, walk
+from migrator.tree import parameter_names
 
 
 def factory_dataparallel(call: cst.Call, statement: Optional[cst.SimpleStatementLine],
@@ -41,7 +42,7 @@ def factory_dataparallel(call: cst.Call, statement: Optional[cst.SimpleStatement
             and first.value.value == target.value):
         return False
     net = target.value
-    handed = {param.name.value for param in (*function.params.params, *function.params.kwonly_params)}
+    handed = parameter_names(function)
     returned = any(isinstance(node, cst.Return) and isinstance(node.value, cst.Name) and node.value.value == net
                    for node in walk(function.body))
     if net not in handed or not returned or "is_initialized" in source_of(function):

@@ -66,6 +66,7 @@ class Planner:
     guarded_functions: Set[cst.FunctionDef]  # DDP032: functions whose other ranks return early
     saved_paths: Set[str]  # DDP032: the paths rank 0 now writes alone
     pickled: Set[cst.CSTNode]  # DDP033: the script's models saved whole, now saved bare
+    writers: Dict[cst.FunctionDef, bool]  # DDP032: does the function only write (Checkpoints._only_writes)
 
     def _trains(self, loop: cst.For) -> bool:
         """The engine's one answer (migrator.dataflow.calls), on this module read alone."""

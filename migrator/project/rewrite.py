@@ -137,6 +137,7 @@ class _Finder(Samplers, Epochs, Checkpoints, Outputs):
         self.guarded_functions = set()
         self.saved_paths = set()
         self.pickled = set()
+        self.writers = {}
         self._graph = None
         # Code under the module's own `if __name__ == "__main__":` runs only when it is run as a
         # script (a demo, a self-test), never for the training script that imports it.

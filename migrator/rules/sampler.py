@@ -11,6 +11,7 @@ from migrator.rule import Example, Rule
 from migrator.rules import _build
 from migrator.rules.advisories import CUSTOM_SAMPLER, ITERABLE_DATASET, UNTRACED_LOADER
 from migrator.rules.process_group import needs_setup
+from migrator.tree import parameter_names
 from migrator.types import Change, Diagnostic
 
 RULE = Rule(
@@ -211,7 +212,7 @@ def _shuffle_is_parameter(loader: LoaderFact) -> bool:
     owner = loader.owner
     if not isinstance(value, cst.Name) or not isinstance(owner, cst.FunctionDef):
         return False
-    return value.value in {p.name.value for p in (*owner.params.params, *owner.params.kwonly_params)}
+    return value.value in parameter_names(owner)
 
 
 def _shuffle_expr(loader: LoaderFact) -> str:

@@ -27,7 +27,6 @@ from migrator.tree import descendants
 from migrator.types import Change, Diagnostic
 
 SHARDED = "sharded"
-REPLICATED = "replicated"
 
 RULE = Rule(
     code="DDP023",
