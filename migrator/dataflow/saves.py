@@ -37,7 +37,7 @@ class SaveFlow(FlowBase):
             else:
                 guard = (inner, *self.housekeeping_near(inner))
             statements = tuple(s for s in guard if s is not None)
-            shared = next((s for s in statements if self.runs_shared_code(s)), None)
+            shared = next((s for s in statements if self.runs_shared_code(s, saving=call)), None)
             sites.append(SaveSite(call, statements, shared, inner if helper_calls else None))
         return tuple(sites)
 
@@ -91,10 +91,13 @@ class SaveFlow(FlowBase):
         changes_state = (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Break, cst.Continue, cst.Return)
         return not any(True for _ in descendants(statement, changes_state)) and not self.trains(statement)
 
-    def runs_shared_code(self, node: cst.CSTNode, depth: int = 0) -> bool:
+    def runs_shared_code(self, node: cst.CSTNode, depth: int = 0, saving: Optional[cst.Call] = None) -> bool:
         """Does `node` run something every rank must run: the model's forward, a collective?
 
         Such code must never sit behind a rank-0 guard: the other ranks would wait for it forever.
+        `saving` is the checkpoint write the statement is about: an imported helper that writes the
+        checkpoint (`save_checkpoint(epoch, model, optimizer)`) is handed the model to save it, not
+        to run it; what its arguments compute still counts.
         """
         for call in descendants(node, cst.Call):
             func = call.func
@@ -105,7 +108,7 @@ class SaveFlow(FlowBase):
             target = self.callee(call)  # type: ignore[arg-type]
             if target is not None and depth < 3 and self.runs_shared_code(target.body, depth + 1):
                 return True
-            if target is None and not _builtin(func) and not self._library_call(func) and any(
+            if target is None and call is not saving and not _builtin(func) and not self._library_call(func) and any(
                     code_of(arg.value) in self.model_exprs for arg in call.args):
                 return True  # `print(validation(model, loader))`: a function we cannot see runs the model
         return False

@@ -114,6 +114,62 @@ if __name__ == "__main__":
             fires=False,
         ),
         Example(
+            id="a-project-helper-handed-the-model-to-save",
+            before='''import torch
+from utils import *
+
+
+def main():
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        save_checkpoint(epoch, model, optimizer)  # a helper of the project: it saves what it is handed
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+from utils import *
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+    model = torch.nn.Linear(4, 4)
+    model = DDP(model, device_ids=None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if dist.get_rank() == 0:
+            save_checkpoint(epoch, model, optimizer)  # a helper of the project: it saves what it is handed
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+            fires=False,
+        ),
+        Example(
             id="score-computed-before-the-save",
             before='''import torch
 
