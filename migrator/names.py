@@ -76,6 +76,8 @@ PROGRESS_BARS = frozenset(
     {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.trange", "tqdm.auto.trange", "tqdm.std.tqdm"}
 )
 TORCH_LOAD = frozenset({"torch.load"})
+# An experiment tracker's run: started on every rank, it is one run per process on the dashboard.
+TRACKER_RUNS = frozenset({"wandb.init"})
 # Calls that fetch files from the network or unpack an archive into a folder: run by every rank,
 # they write the same files at once.
 DOWNLOADS = frozenset({

@@ -199,6 +199,28 @@ def parameter_names(function: cst.FunctionDef) -> FrozenSet[str]:
     return frozenset(param.name.value for param in parameters(function))
 
 
+def on_rank_zero_only(call: cst.Call, on_rank_zero: str) -> Optional[cst.Call]:
+    """`wandb.init(project=p)` -> `wandb.init(project=p, mode=None if <on_rank_zero> else "disabled")`.
+
+    The other ranks get a disabled run, whose `log()` and `config.update()` do nothing, so code that
+    uses the run needs no guard of its own; rank 0 keeps the mode it had (None: the environment's
+    WANDB_MODE). None when the call takes `**kwargs`, which may hold a mode of its own, or when its
+    mode is already disabled off rank 0 (`mode=... if ... else "disabled"`, a second run)."""
+    if any(arg.star == "**" for arg in call.args):
+        return None
+    given = next((arg for arg in call.args if arg.keyword is not None and arg.keyword.value == "mode"), None)
+    if given is not None and isinstance(given.value, cst.IfExp) and isinstance(given.value.orelse, cst.SimpleString) and (
+            given.value.orelse.evaluated_value == "disabled"):
+        return None
+    if given is None:
+        return with_keyword(call, "mode", f'None if {on_rank_zero} else "disabled"')
+    kept = cst.Module([]).code_for_node(given.value)
+    if isinstance(given.value, (cst.IfExp, cst.Lambda)):
+        kept = f"({kept})"
+    value = cst.parse_expression(f'{kept} if {on_rank_zero} else "disabled"')
+    return call.with_changes(args=[arg.with_changes(value=value) if arg is given else arg for arg in call.args])
+
+
 def class_constructors(module: cst.Module) -> Dict[str, cst.FunctionDef]:
     """The module-level classes of the file by name, each with its own `__init__`."""
     found: Dict[str, cst.FunctionDef] = {}

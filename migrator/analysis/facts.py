@@ -250,6 +250,7 @@ class ScriptFacts:
     hoisted_prints: Tuple[Tuple[Statement, Tuple[cst.Call, ...]], ...]
     reads_after_write: Tuple[Statement, ...]  # loads of a checkpoint written earlier: barrier first
     progress_bars: Tuple[cst.Call, ...]  # tqdm(...) without disable=
+    tracker_runs: Tuple[cst.Call, ...]  # wandb.init(...) outside a rank check
     local_rank_arguments: Tuple[cst.Call, ...]  # parser.add_argument("--local_rank", ...)
     accumulation_steps: Tuple[cst.CSTNode, ...]  # optimizer steps taken every N micro-batches
     batchnorm_layers: Tuple[cst.Call, ...]  # nn.BatchNorm*d(...) calls

@@ -229,6 +229,7 @@ class _Analysis:
                 call for call in self.calls(N.PROGRESS_BARS)
                 if not any(arg.keyword is not None and arg.keyword.value == "disable" for arg in call.args)
             ),
+            tracker_runs=tuple(call for call in self.calls(N.TRACKER_RUNS) if not flow.under_rank_check(call)),
             log_statements=tuple(statement for statement, shared in logged if not shared),
             hoisted_prints=flow.hoisted_prints(logged),
             penalty_backwards=flow.penalty_backwards() if wrapped else (),

@@ -7,7 +7,7 @@ from typing import Optional, Set
 import libcst as cst
 
 from migrator.bindings import dotted_name
-from migrator.tree import with_keyword
+from migrator.tree import on_rank_zero_only, with_keyword
 from migrator.project.rules import MODULE_RANK_ZERO_OUTPUT, MODULE_SHARED_FOLDERS
 from migrator.project.shapes import is_false, is_true, source_of, walk
 from migrator.project.planner import ENV_NOT_RANK_ZERO, ENV_RANK_ZERO, Planner
@@ -38,6 +38,10 @@ class Outputs(Planner):
                 return
             self.plan.guard(statement, ENV_RANK_ZERO)
             self._change(MODULE_RANK_ZERO_OUTPUT.code, call, "printed on rank 0 only")
+        elif spelled in self.names.tracker_runs and on_rank_zero_only(call, ENV_RANK_ZERO) is not None:
+            # One run on the dashboard, rank 0's; the others' is disabled, and logging to it does nothing.
+            self.plan.replace(call, lambda updated: on_rank_zero_only(updated, ENV_RANK_ZERO) or updated)
+            self._change(MODULE_RANK_ZERO_OUTPUT.code, call, "experiment run started on rank 0 only (the other ranks get a disabled run)")
         elif spelled == "open" and self._log_append(call) is not None:
             self.plan.guard(self._log_append(call), ENV_RANK_ZERO)
             self._change(MODULE_RANK_ZERO_OUTPUT.code, call, "log lines appended on rank 0 only")

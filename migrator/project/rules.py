@@ -614,7 +614,9 @@ MODULE_RANK_ZERO_OUTPUT = Rule(
     what="""
 In project mode, in the functions and methods of a module that a migrated training script
 imports: a `print(...)` statement runs under `if int(os.environ.get("RANK", 0)) == 0:`, and a tqdm
-progress bar without `disable=` gets `disable=int(os.environ.get("RANK", 0)) != 0`. torchrun's
+progress bar without `disable=` gets `disable=int(os.environ.get("RANK", 0)) != 0`, and a
+`wandb.init(...)` gets `mode=None if int(os.environ.get("RANK", 0)) == 0 else "disabled"` (rank 0
+keeps the mode it had; the other ranks' run is disabled, and logging to it does nothing). torchrun's
 RANK decides, not the process group, since such code often runs before the script sets it up (a
 config parser, a data set). Code already under a rank check, and the module's own
 `if __name__ == "__main__":` block, are left alone.""",
@@ -658,6 +660,32 @@ def evaluate(net, loader):
         print(f"accuracy {correct / len(loader.dataset):.3f}")
     net.train()
     return correct
+''',
+        ),
+        Example(
+            id="experiment-run-of-a-trainer",
+            before='''import wandb
+
+
+class Trainer:
+    def __init__(self, model, config):
+        self.model = model
+        self.run = wandb.init(project="demo", config=config, mode=config.get("wandb_mode"))
+
+    def log(self, step, loss):
+        self.run.log({"loss": loss}, step=step)
+''',
+            after='''import wandb
+import os
+
+
+class Trainer:
+    def __init__(self, model, config):
+        self.model = model
+        self.run = wandb.init(project="demo", config=config, mode=config.get("wandb_mode") if int(os.environ.get("RANK", 0)) == 0 else "disabled")
+
+    def log(self, step, loss):
+        self.run.log({"loss": loss}, step=step)
 ''',
         ),
         Example(

@@ -10,7 +10,7 @@ import libcst as cst
 
 from migrator import edits
 from migrator.bindings import dotted_name
-from migrator.names import PROGRESS_BARS
+from migrator.names import PROGRESS_BARS, TRACKER_RUNS
 from migrator.tree import children
 
 # What a DDP wrapper answers itself: nn.Module's API (and DDP's). Anything else a module asks of
@@ -42,6 +42,7 @@ class ModuleNames:
     ddp: str
     ddp_needed: bool
     progress_bars: Set[str] = frozenset()  # how the module calls tqdm: `tqdm`, `tqdm.tqdm`, `trange`
+    tracker_runs: Set[str] = frozenset()  # how it starts an experiment tracker's run: `wandb.init`
 
     @classmethod
     def of(cls, module: cst.Module) -> "ModuleNames":
@@ -70,8 +71,11 @@ class ModuleNames:
         ddp = next((local for local, full in imported.items() if full.endswith(".DistributedDataParallel")), None)
         bars = {local for local, full in imported.items() if full in PROGRESS_BARS} | {
             f"{local}.{name}" for local, full in imported.items() if full in ("tqdm", "tqdm.auto") for name in ("tqdm", "trange")}
+        runs = {local for local, full in imported.items() if full in TRACKER_RUNS} | {
+            f"{local}.{run.rpartition('.')[2]}" for local, full in imported.items() for run in TRACKER_RUNS
+            if full == run.rpartition(".")[0]}
         return cls(torch_like, dataloaders, torch_saves, torch_loads, dist or "dist", dist is None, sampler or "DistributedSampler",
-                   sampler is None, ddp or "DDP", ddp is None, frozenset(bars))
+                   sampler is None, ddp or "DDP", ddp is None, frozenset(bars), frozenset(runs))
 
     def need(self, plan: edits.Plan, dist: bool = False, sampler: bool = False, ddp: bool = False) -> None:
         if dist and self.dist_needed:

@@ -16,7 +16,7 @@ from migrator.rules import _build
 from migrator.rules.process_group import needs_setup
 from migrator.rules.advisories import SAVE_AFTER_TEARDOWN, SHARED_WORK_IN_SAVE
 from migrator.types import Change, Diagnostic
-from migrator.tree import descendants
+from migrator.tree import descendants, on_rank_zero_only
 
 CHECKPOINT = Rule(
     code="DDP012",
@@ -118,18 +118,94 @@ LOGGING = Rule(
     what="""
 Guards `print(...)`/`logger.info(...)`/`writer.add_scalar(...)` statements in epoch loops and in
 the functions that loop over loaders with `if dist.get_rank() == 0:`, and gives tqdm progress bars
-`disable=dist.get_rank() != 0` (the loop itself must still run on every rank). A print whose
+`disable=dist.get_rank() != 0` (the loop itself must still run on every rank). An experiment
+tracker's run, `wandb.init(...)`, gets `mode=None if dist.get_rank() == 0 else "disabled"`: one run
+on the dashboard, rank 0's, with the mode it had; the other ranks get a disabled run, whose `log()`
+and `config.update()` do nothing, so the code that uses it needs no guard (a call that takes
+`**kwargs`, which may hold a mode of its own, is left as it is). A print whose
 arguments run the model or a collective (`print("accuracy", test(model, loader))`) has those calls
 computed first, on every rank, into a name of their own (`test_result = test(model, loader)`), and
 rank 0 prints it; one whose shared call runs lazily or only sometimes (in a lambda, a
 comprehension, `a if c else b`) stays unguarded (every rank must take part).""",
-    why="N ranks print N interleaved copies of every line, and the log stops being readable.",
+    why="""N ranks print N interleaved copies of every line, and the log stops being readable; every
+rank's `wandb.init()` is a run of its own on the dashboard, N - 1 of them copies.""",
     fix="Wrap the print in `if dist.get_rank() == 0:`.",
     fix_safety="Safe; rank 0's numbers describe its own shard until metrics are all-reduced (see the summary).",
     requires=('DDP001',),
     per_site=True,
     fixable=True,
     examples=(
+        Example(
+            id="experiment-run-on-rank-zero",
+            before='''import torch
+import wandb
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    run = wandb.init(project="demo", config={"lr": 0.1})
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=4, shuffle=True)
+    for epoch in range(2):
+        for (x,) in loader:
+            optimizer.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+        run.log({"epoch": epoch, "loss": loss.item()})
+    run.finish()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+import wandb
+from torch.utils.data import DataLoader, TensorDataset
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data.distributed import DistributedSampler
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+    run = wandb.init(project="demo", config={"lr": 0.1}, mode=None if dist.get_rank() == 0 else "disabled")
+    model = torch.nn.Linear(4, 2)
+    model = DDP(model, device_ids=None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    dataset = TensorDataset(torch.randn(16, 4))
+    sampler = DistributedSampler(dataset, shuffle=True)
+    loader = DataLoader(dataset, batch_size=4, sampler=sampler)
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for (x,) in loader:
+            optimizer.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+        if dist.get_rank() == 0:
+            run.log({"epoch": epoch, "loss": loss.item()})
+    run.finish()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+        ),
         Example(
             id="score-printed-from-the-call",
             before='''import torch
@@ -385,6 +461,19 @@ def plan_logging(facts: ScriptFacts, plan: Plan) -> None:
         site.replace(call, lambda c, disable=disable: _build.with_keyword(c, "disable", disable))
         line, col = facts.line_col(call)
         site.changes.append(Change(LOGGING.code, line, col, "progress bar shown on rank 0 only"))
+    for call in facts.tracker_runs:
+        _tracker_on_rank_zero(facts, plan.site(), call)
+
+
+def _tracker_on_rank_zero(facts: ScriptFacts, plan: Plan, call: cst.Call) -> None:
+    """`run = wandb.init(...)`: one run on the dashboard, rank 0's; the others get a disabled run
+    (their `run.log(...)` does nothing), so the code that uses it needs no guard."""
+    on_rank_zero = condition(facts) if facts.after_setup(call) else ENV_RANK_ZERO
+    if on_rank_zero_only(call, on_rank_zero) is None:
+        return  # `wandb.init(**config)`: its mode may be in there
+    plan.replace(call, lambda updated: on_rank_zero_only(updated, on_rank_zero) or updated)
+    line, col = facts.line_col(call)
+    plan.changes.append(Change(LOGGING.code, line, col, "experiment run started on rank 0 only (the other ranks get a disabled run)"))
 
 
 def _print_computed_first(facts: ScriptFacts, plan: Plan, statement, values) -> None:
