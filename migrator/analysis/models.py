@@ -95,8 +95,9 @@ def trained_models(self, dp_sites, ddp_targets: Set[str]) -> Tuple[ModelFact, ..
             stripped = self.nested_sites(sites, definition, anchor)
             plain_dp = None if stripped else next((s for s in sites if s.target == expr), None)
             # An unconditional DataParallel keeps its `module.` keys (see DDP014); a conditional one does not.
-            keyed = plain_dp is not None and plain_dp.conditional is None and anchor is not None
-            keyed_from = self.top_statement_in(plain_dp.statement, self.block_of(anchor)) if keyed else None  # type: ignore[union-attr]
+            first_dp = plain_dp or (stripped[0] if stripped else None)
+            dp_from = self.top_statement_in(first_dp.statement, self.block_of(anchor)) if first_dp is not None and anchor is not None else None
+            keyed_from = dp_from if plain_dp is not None and plain_dp.conditional is None else None
             wrap_after = self.last_preparation(expr, anchor, keyed_from) if anchor is not None else None
             if stripped:
                 wrap_after = self.after_branches(stripped, anchor, wrap_after)
@@ -109,8 +110,10 @@ def trained_models(self, dp_sites, ddp_targets: Set[str]) -> Tuple[ModelFact, ..
             )
             # A later move (`if args.half: model.half()`) pushed the wrap below a load that expected
             # DataParallel's `module.` keys: that load now runs on the bare model, so it drops the
-            # prefix (DDP014) while the saves keep it, as before.
-            bare_loads = self.loads_between(expr, keyed_from, wrap_after) if keyed_from is not None and wrap_after is not None else ()
+            # prefix (DDP014) while the saves keep it, as before. Behind a conditional DataParallel
+            # (`if device == "cuda": net = DataParallel(net)`, stripped) the load read prefixed keys on one branch only, and the saves
+            # now write bare ones: dropping the prefix reads both.
+            bare_loads = self.loads_between(expr, dp_from, wrap_after) if dp_from is not None and wrap_after is not None else ()
             models[expr] = ModelFact(
                 expr=expr,
                 optimizer_call=call,

@@ -25,8 +25,11 @@ A DataParallel script keeps its `module.`-prefixed keys exactly as before (DDP's
 same prefix), also when a later move (`if args.half: model.half()`) puts the wrap below its
 checkpoint load: that load then runs on the bare module and drops the prefix as it reads
 (`{k.removeprefix("module."): v for k, v in sd.items()}`), so the script resumes from its old
-checkpoints and its new ones alike, and whatever else loads them still can. Where the keys depended on the GPU count (a conditional DataParallel), the
-unwrapped module's keys are saved. Every `torch.load` gets `map_location` (the script's device, or
+checkpoints and its new ones alike, and whatever else loads them still can. Where the keys
+depended on the device or the GPU count (`if device == "cuda": net = nn.DataParallel(net)`), the
+unwrapped module's keys are saved, and a load that followed that DataParallel, which read prefixed
+keys on one branch and bare ones on the other, now runs before the wrap and drops the prefix as it
+reads: the old checkpoints of either branch and the new ones all load. Every `torch.load` gets `map_location` (the script's device, or
 "cpu") so each rank loads onto its own device instead of the GPU the checkpoint was saved from.""",
     why="""
 Keys prefixed with `module.` make `load_state_dict` fail with "Missing key(s)" in the original
@@ -149,6 +152,72 @@ if __name__ == "__main__":
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+''',
+        ),
+        Example(
+            id="dataparallel-on-gpu-only-resumes",
+            before='''import os
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+net = torch.nn.Linear(4, 1).to(device)
+if device == "cuda":
+    net = torch.nn.DataParallel(net)
+if os.path.isfile("ckpt.pth"):
+    checkpoint = torch.load("ckpt.pth")
+    net.load_state_dict(checkpoint["net"])
+optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=4, shuffle=True)
+for epoch in range(2):
+    for (x,) in loader:
+        optimizer.zero_grad()
+        net(x.to(device)).sum().backward()
+        optimizer.step()
+    torch.save({"net": net.state_dict()}, "ckpt.pth")
+''',
+            after='''import os
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data.distributed import DistributedSampler
+
+# torchrun starts one process per device and sets LOCAL_RANK for each.
+local_rank = int(os.environ.get("LOCAL_RANK", 0))
+if torch.cuda.is_available():
+    torch.cuda.set_device(local_rank)
+backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+if "RANK" in os.environ:  # started by torchrun
+    dist.init_process_group(backend=backend)
+else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+    dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+net = torch.nn.Linear(4, 1).to(device)
+if os.path.isfile("ckpt.pth"):
+    checkpoint = torch.load("ckpt.pth", map_location=device)
+    net.load_state_dict({k.removeprefix("module."): v for k, v in checkpoint["net"].items()})
+net = DDP(net, device_ids=[local_rank] if torch.cuda.is_available() else None)
+optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+dataset = TensorDataset(torch.randn(16, 4))
+sampler = DistributedSampler(dataset, shuffle=True)
+if 4 % dist.get_world_size() and dist.get_rank() == 0:  # the global batch is split over the processes
+    print("batch size %d does not split evenly over %d processes: each loads %d, a global batch of %d" % (4, dist.get_world_size(), max(1, 4 // dist.get_world_size()), max(1, 4 // dist.get_world_size()) * dist.get_world_size()))
+loader = DataLoader(dataset, batch_size=max(1, 4 // dist.get_world_size()), sampler=sampler)
+try:
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for (x,) in loader:
+            optimizer.zero_grad()
+            net(x.to(device)).sum().backward()
+            optimizer.step()
+        if dist.get_rank() == 0:
+            torch.save({"net": net.module.state_dict()}, "ckpt.pth")
+finally:
+    dist.destroy_process_group()
 ''',
         ),
         Example(
