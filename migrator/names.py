@@ -1,6 +1,6 @@
 """What torch things are called, and small syntactic predicates shared by the analysis.
 
-Qualified names come from migrator.bindings (names resolved through the file's imports), so
+Qualified names come from migrator.graph.bindings (names resolved through the file's imports), so
 every import spelling of a name resolves to one of these strings. The tool never imports torch.
 """
 from __future__ import annotations

@@ -12,7 +12,7 @@ from libcst.metadata import MetadataWrapper, ParentNodeProvider
 
 from fixture_cases import discover
 from migrator import tree
-from migrator.bindings import NameIndex
+from migrator.graph.bindings import NameIndex
 
 SOURCES = [
     pytest.param(path, id=f"{case.name}/{path.name}")

@@ -6,7 +6,7 @@ from typing import Dict, List, Set, Tuple, Union
 import libcst as cst
 
 from migrator import names as N
-from migrator.bindings import NameIndex
+from migrator.graph.bindings import NameIndex
 from migrator.analysis.helpers import code_of
 from migrator.tree import descendants
 
@@ -56,6 +56,7 @@ class _Collector(NameIndex):
 
     def resolve_calls(self) -> None:
         """After the traversal, when every import is known (scripts import late, too)."""
+        self.resolve_references()
         self.call_order: Dict[cst.Call, int] = {node: index for index, node in enumerate(self.calls)}
         for node in self.calls:
             qualified = self.resolve(node.func)

@@ -23,7 +23,7 @@ from migrator import names as N
 from migrator.graph.distributing import what_it_does
 from migrator.graph.modules import absolute
 from migrator.analysis.rank_saves import WRAPPERS, every_rank_saves
-from migrator.bindings import dotted_name
+from migrator.graph.bindings import dotted_name
 from migrator.context import FileContext
 from migrator.relevance import FRAMEWORKS, TRANSFORMERS_TRAINERS as _TRANSFORMERS_TRAINERS
 from migrator.tree import descendants

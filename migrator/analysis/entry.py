@@ -10,7 +10,7 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.analysis.facts import EntryPoint, ModelFact
-from migrator.bindings import dotted_name
+from migrator.graph.bindings import dotted_name
 from migrator.analysis.helpers import Block, Statement, _called_names, _referenced_names
 from migrator.tree import descendants, parameters
 

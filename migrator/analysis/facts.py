@@ -10,7 +10,7 @@ from typing import Dict, FrozenSet, List, Mapping, Optional, Tuple
 import libcst as cst
 from libcst._nodes.internal import CodegenState
 
-from migrator.bindings import ScopeOwner
+from migrator.graph.bindings import ScopeOwner
 from migrator.dataflow import LoaderFact, ModelUse, SaveSite
 from migrator.analysis.distributed import Distributed
 from migrator.analysis.spawn import SpawnFacts

@@ -699,6 +699,13 @@ def prepares(self, statement: Statement, expr: str, loads: bool = True) -> bool:
         inside = lambda s: self.is_inside(s, statement)  # noqa: E731
     if any(t == expr and inside(s) for t, s in self.c.assignments):
         return True
+    # `m = model.to(device)`: another name for the same module, which this moves
+    if isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(small, cst.Assign) and isinstance(small.value, cst.Call) and isinstance(small.value.func, cst.Attribute)
+        and small.value.func.attr.value in N.MOVE_METHODS and code_of(small.value.func.value) == expr
+        for small in statement.body
+    ):
+        return True
     if any(
         r == expr and _prepares_model(meth) and (loads or not meth.startswith("load")) and inside(s)
         for r, meth, s in self.c.expr_calls

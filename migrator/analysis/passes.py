@@ -11,9 +11,10 @@ from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 import libcst as cst
 
 from migrator import names as N
-from migrator.bindings import ScopeOwner
+from migrator.graph.bindings import ScopeOwner
 from migrator.dataflow import Flow
 from migrator.dataflow.calls import CallGraph
+from migrator.graph.flow import ValueFlow
 from migrator.analysis.collector import _Collector
 from migrator.analysis.facts import EntryPoint, LazyPositions, ModelFact, ScriptFacts
 from migrator.analysis.helpers import Block, Statement, _has_map_location, code_of
@@ -37,6 +38,7 @@ class _Analysis:
         self.positions = LazyPositions(module, source)
         self.calls_inside = self._index_calls()
         self.call_graph = CallGraph(self)
+        self.values = ValueFlow(c, self.call_graph.callee)
 
     def _index_calls(self) -> Dict[cst.CSTNode, List[cst.Call]]:
         """Calls under each loop, function and class, from one walk up each call's ancestors."""
@@ -210,7 +212,7 @@ class _Analysis:
         loaders = flow.loaders()
         wrapped = [m_ for m_ in models if not m_.already_ddp and m_.wrap_after is not None]
         self.rebound = {m_.expr: flow.reassignments(m_) for m_ in wrapped}
-        uses = tuple(use for model in wrapped for use in flow.model_uses(model, model.wrap_after))
+        uses = tuple(use for model in wrapped for use in flow.model_uses(model))
         saves = flow.saves()
         logged = flow.logged_statements(loaders)
         return dict(
@@ -237,7 +239,7 @@ class _Analysis:
             model_uses=uses,
             bare_unwraps=flow.bare_unwraps(uses),
             directory_creations=self.directory_creations(),
-            returned_models=tuple((name, m_) for m_ in wrapped for name in flow.returned_models(m_, m_.wrap_after)),
+            returned_models=tuple((name, m_) for m_ in wrapped for name in flow.returned_models(m_)),
             whole_model_saves=tuple(self.whole_model_saves(flow, wrapped)),
             torch_loads=tuple(
                 (call, self.device_expr_at(call)) for call in self.calls(N.TORCH_LOAD) if not _has_map_location(call)
@@ -368,14 +370,7 @@ class _Analysis:
             if not call.args:
                 continue
             for holder in [call.args[0], *self.pickled_dict_elements(call)]:
-                saved = code_of(holder.value)
-                model = next((
-                    model for model in wrapped
-                    for spelling, scope, after in flow.wrapped_scopes(model, model.wrap_after)
-                    if saved == spelling and self.is_inside(call, scope) and (after is None or self.comes_after(call, after))
-                ), None)
-                # One edit per save: a helper that reads a global model lies in several of its scopes
-                # (the module and the function), and two edits would save `model.module.module`.
+                model = next((model for model in wrapped if flow.holds_wrapped(model, holder.value)), None)
                 if model is not None and all(holder is not h for h, _ in found):
                     found.append((holder, model))
         return found

@@ -17,7 +17,7 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.analysis.distributed import _imported_names
-from migrator.bindings import dotted_name
+from migrator.graph.bindings import dotted_name
 from migrator.context import FileContext
 from migrator.graph.training import LOADER, MOVED, trained_parameters
 

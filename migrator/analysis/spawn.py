@@ -36,7 +36,7 @@ import libcst as cst
 from migrator import names as N
 from migrator.analysis.distributed import SPAWN
 from migrator.analysis.helpers import code_of
-from migrator.bindings import ScopeOwner, dotted_name
+from migrator.graph.bindings import ScopeOwner, dotted_name
 from migrator.tree import descendants
 
 PROCESS = frozenset({"torch.multiprocessing.Process", "multiprocessing.Process"})

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from migrator import names as N
-from migrator.bindings import ScopeOwner
+from migrator.graph.bindings import ScopeOwner
 from migrator.tree import descendants
 
 

@@ -13,7 +13,7 @@ from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Protocol, Set
 import libcst as cst
 
 from migrator import names as N
-from migrator.bindings import ScopeOwner, dotted_name
+from migrator.graph.bindings import ScopeOwner, dotted_name
 
 Statement = cst.BaseStatement
 
@@ -37,6 +37,7 @@ class Navigation(Protocol):
     c: Any  # the collector's sites: calls, assignments, loops, functions, the name index
     calls_inside: Dict[cst.CSTNode, List[cst.Call]]
     call_graph: Any  # migrator.dataflow.calls.CallGraph, built once for the file
+    values: Any  # migrator.graph.flow.ValueFlow, the file's value flow
 
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]: ...
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]: ...
@@ -143,6 +144,8 @@ class FlowBase:
         self.loader_aliases: Dict[str, str] = {}
         self._attributes_by_receiver: Optional[Dict[str, List[cst.Attribute]]] = None
         self._wrapping: Optional[Dict[str, List[Tuple[str, cst.SimpleStatementLine]]]] = None
+        self.values = a.values  # the file's value flow (migrator.graph.flow), built once
+        self._wrapped: Dict[int, Any] = {}  # id(model) -> its Value once wrapped (dataflow.models)
 
     # -- small helpers -------------------------------------------------------------------
     def bound_params(self, fn: cst.FunctionDef) -> List[str]:

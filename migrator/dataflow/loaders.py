@@ -10,7 +10,7 @@ from typing import List, Optional, Tuple
 import libcst as cst
 
 from migrator import names as N
-from migrator.bindings import ScopeOwner, dotted_name
+from migrator.graph.bindings import ScopeOwner, dotted_name
 from migrator.dataflow.core import EpochHook, LoaderFact, Statement, _iterated, _wrapped, code_of
 from migrator.dataflow.epochs import EpochFlow
 from migrator.tree import descendants

@@ -15,7 +15,7 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 
 import libcst as cst
 
-from migrator.bindings import dotted_name
+from migrator.graph.bindings import dotted_name
 from migrator.dataflow.core import FlowBase, code_of
 from migrator.tree import descendants
 

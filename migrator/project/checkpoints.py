@@ -8,7 +8,7 @@ from typing import Iterator, List, Tuple
 import libcst as cst
 
 from migrator import names as N
-from migrator.bindings import dotted_name
+from migrator.graph.bindings import dotted_name
 from migrator.project.rules import MODULE_CHECKPOINT_KEYS, MODULE_MODEL_API, MODULE_RANK_ZERO_SAVE
 from migrator.project.shapes import (
     MODULE_API, first_statement, path_used_after, short, source_of, walk,

@@ -22,7 +22,7 @@ from typing import Optional
 import libcst as cst
 
 from migrator import edits
-from migrator.bindings import dotted_name
+from migrator.graph.bindings import dotted_name
 from migrator.project.shapes import ModuleNames, source_of, walk
 from migrator.tree import parameter_names
 

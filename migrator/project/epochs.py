@@ -7,7 +7,7 @@ from typing import Optional
 
 import libcst as cst
 
-from migrator.bindings import dotted_name
+from migrator.graph.bindings import dotted_name
 from migrator.project.rules import MODULE_SET_EPOCH
 from migrator.project.shapes import iterated_loader, source_of, walk, wrappers
 from migrator.project.planner import Planner, walk_calls

@@ -6,7 +6,7 @@ from typing import Optional, Set
 
 import libcst as cst
 
-from migrator.bindings import dotted_name
+from migrator.graph.bindings import dotted_name
 from migrator.tree import on_rank_zero_only, with_keyword
 from migrator.project.rules import MODULE_RANK_ZERO_OUTPUT, MODULE_SHARED_FOLDERS
 from migrator.project.shapes import is_false, is_true, source_of, walk

@@ -36,7 +36,7 @@ import libcst as cst
 from migrator import edits, suppress
 from migrator.codegen import check_parses, with_imports
 from migrator.analysis.facts import LazyPositions
-from migrator.bindings import dotted_name
+from migrator.graph.bindings import dotted_name
 from migrator.options import Options
 from migrator.parsing import parse
 from migrator.project.devices import device_list, factory_dataparallel

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from migrator.bindings import dotted_name
+from migrator.graph.bindings import dotted_name
 from migrator.project.rules import MODULE_SAMPLER
 from migrator.project.shapes import (
     SAMPLER_KEYWORDS, assigned_target, bound_names, is_false, is_plain_reference, is_true, short,

@@ -9,7 +9,7 @@ from typing import Dict, Iterator, List, Optional, Set
 import libcst as cst
 
 from migrator import edits
-from migrator.bindings import dotted_name
+from migrator.graph.bindings import dotted_name
 from migrator.names import PROGRESS_BARS, TRACKER_RUNS
 from migrator.tree import children
 

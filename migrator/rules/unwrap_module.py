@@ -416,6 +416,97 @@ if __name__ == "__main__":
         dist.destroy_process_group()
 ''',
         ),
+        Example(
+            id="handed-on-by-helpers",
+            before='''import torch
+import torch.nn as nn
+
+
+class TinyLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pos_emb = nn.Embedding(16, 4)
+        self.head = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.head(self.pos_emb(x))
+
+
+def show_sample(model):
+    context_size = model.pos_emb.weight.shape[0]
+    print("context", context_size)
+
+
+def train(model, optimizer, steps):
+    for step in range(steps):
+        model(torch.arange(8)).sum().backward()
+        optimizer.step()
+    show_sample(model)
+
+
+def main():
+    model = TinyLM()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train(model, optimizer, 3)
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+import torch.nn as nn
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class TinyLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pos_emb = nn.Embedding(16, 4)
+        self.head = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.head(self.pos_emb(x))
+
+
+def show_sample(model):
+    context_size = model.module.pos_emb.weight.shape[0]
+    if dist.get_rank() == 0:
+        print("context", context_size)
+
+
+def train(model, optimizer, steps):
+    for step in range(steps):
+        model(torch.arange(8)).sum().backward()
+        optimizer.step()
+    show_sample(model)
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+    model = TinyLM()
+    model = DDP(model, device_ids=None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train(model, optimizer, 3)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+        ),
     ),
 )
 

@@ -83,6 +83,63 @@ if __name__ == "__main__":
             dist.destroy_process_group()
 ''',
         ),
+        Example(
+            id="moved-under-another-name",
+            before='''import torch
+import torch.nn as nn
+
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = nn.Linear(4, 2)
+    m = model.to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        model(torch.randn(8, 4, device=device)).sum().backward()
+        optimizer.step()
+    print(sum(p.numel() for p in m.parameters()))
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+import torch.nn as nn
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+    device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
+    model = nn.Linear(4, 2)
+    m = model.to(device)
+    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        model(torch.randn(8, 4, device=device)).sum().backward()
+        optimizer.step()
+    if dist.get_rank() == 0:
+        print(sum(p.numel() for p in m.parameters()))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+        ),
     ),
 )
 

@@ -1,0 +1,229 @@
+"""One value-flow propagation over the file's bindings (migrator.graph.bindings).
+
+A value (the trained model, a loader, an epoch number) is the set of bindings that hold it. Each
+binding knows where its value comes from, and those provenance edges are the only way a value
+travels, whatever the names on either side:
+
+  alias     `net = model`, `self.model = model`
+  method    `model = model.to(device)`: an nn.Module method that returns the module itself
+  wrapper   `pbar = tqdm(loader)`, `enumerate(loader)`: a loop over it walks the loader
+  argument  `train(model, loader)` -> train's parameters (a function, a method through `self`,
+            a class's `__init__`, a method of an instance built from a class of the file)
+  return    `return model, optimizer` -> `net, opt = build(args)` at each call site
+  unpack    `a, (b, c) = x, (y, z)`, `train_loader, val_loader = loaders` (by position)
+
+A consumer picks the kinds its value takes (a model goes through `.to()`, a loader through
+`tqdm()`), seeds the bindings it starts from, and asks the Value which nodes hold it. A reference
+holds a value when every binding it reads does: `self.model` assigned the model in `__init__` and
+something else in another method may be either, and a DDP-only edit there would break one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Tuple
+
+import libcst as cst
+
+from migrator.graph.bindings import Binding, NameIndex, ScopeOwner
+from migrator.tree import descendants
+
+MODEL = frozenset({"alias", "method", "argument", "return", "unpack"})
+LOADER = frozenset({"alias", "wrapper", "argument", "return", "unpack"})
+
+# nn.Module methods that return the module they are called on.
+RETURNS_SELF = frozenset(
+    {"train", "eval", "to", "cuda", "cpu", "float", "half", "double", "bfloat16", "apply", "requires_grad_", "zero_grad"}
+)
+# Calls whose first argument is what a loop over them walks (`for i, batch in enumerate(tqdm(loader))`).
+ITERATION_WRAPPERS = frozenset({"enumerate", "tqdm", "trange", "iter"})
+
+
+@dataclass(frozen=True)
+class Edge:
+    kind: str
+    source: Binding
+    target: Binding
+    site: cst.CSTNode  # where the value passes: the statement, or the call handing it over
+
+
+Callee = Callable[[cst.Call], Optional[cst.FunctionDef]]
+
+
+class ValueFlow:
+    """The provenance edges of one file's bindings, built on first use, and their propagation."""
+
+    def __init__(self, index: NameIndex, callee: Callee) -> None:
+        self.index = index
+        self.callee = callee
+        self._into: Optional[Dict[Binding, List[Edge]]] = None
+        self._from: Dict[Binding, List[Edge]] = {}
+
+    # -- the edges ---------------------------------------------------------------------------
+    def edges_into(self, binding: Binding) -> List[Edge]:
+        self._build()
+        return self._into.get(binding, [])  # type: ignore[union-attr]
+
+    def edges_from(self, binding: Binding) -> List[Edge]:
+        self._build()
+        return self._from.get(binding, [])
+
+    def _build(self) -> None:
+        if self._into is not None:
+            return
+        self._into = {}
+        for names in self.index.bindings.values():
+            for bindings in names.values():
+                for binding in bindings:
+                    if binding.value is not None and binding.kind in ("assignment", "attribute", "unpacking", "with"):
+                        for kind, source, site in self._sources(binding.value, binding.path, "alias", binding.statement):
+                            self._add(Edge(kind, source, binding, site))
+        for call in self._calls():
+            function = self.callee(call)
+            if function is not None:
+                for param, value in self.arguments(function, call):
+                    for kind, source, _ in self._sources(value, (), "argument", call):
+                        self._add(Edge("argument", source, param, call))
+
+    def _add(self, edge: Edge) -> None:
+        self._into.setdefault(edge.target, []).append(edge)  # type: ignore[union-attr]
+        self._from.setdefault(edge.source, []).append(edge)
+
+    def _calls(self) -> Iterator[cst.Call]:
+        calls = getattr(self.index, "calls", None)
+        return iter(calls) if calls is not None else descendants(self.index.module, cst.Call)
+
+    def arguments(self, function: cst.FunctionDef, call: cst.Call) -> Iterator[Tuple[Binding, cst.BaseExpression]]:
+        """(the parameter's binding, the argument) for each argument `call` passes to `function`."""
+        params = [p for p in (*function.params.posonly_params, *function.params.params)]
+        if params and params[0].name.value in ("self", "cls") and isinstance(self.index.scope_parent.get(function), cst.ClassDef):
+            params = params[1:]
+        by_name = {p.name.value: p for p in (*params, *function.params.kwonly_params)}
+        for position, arg in enumerate(call.args):
+            if arg.star:
+                return
+            param = by_name.get(arg.keyword.value) if arg.keyword is not None else (
+                params[position] if position < len(params) else None)
+            binding = self.index.binding_at.get(param) if param is not None else None
+            if binding is not None:
+                yield binding, arg.value
+
+    def _sources(self, value: cst.BaseExpression, path: Tuple[int, ...], kind: str,
+                 site: Optional[cst.CSTNode], depth: int = 0) -> Iterator[Tuple[str, Binding, cst.CSTNode]]:
+        """(edge kind, source binding, site) for what `value` (at `path` inside it) passes on."""
+        if depth > 8:
+            return
+        site = site if site is not None else value
+        if path:
+            if isinstance(value, (cst.Tuple, cst.List)):
+                elements = [e.value for e in value.elements if not isinstance(e, cst.StarredElement)]
+                if len(elements) == len(value.elements) and path[0] < len(elements):
+                    yield from self._sources(elements[path[0]], path[1:], "unpack", site, depth + 1)
+                return
+            if isinstance(value, cst.Call):
+                yield from self._returned(value, path, depth)
+                return
+            for binding in self.index.refers.get(value, ()):  # `loaders, w = f()` then `a, b = loaders`
+                if binding.value is not None and binding.kind in ("assignment", "unpacking"):
+                    yield from self._sources(binding.value, (*binding.path, *path), "unpack", site, depth + 1)
+            return
+        if isinstance(value, (cst.Name, cst.Attribute)):
+            for binding in self.index.refers.get(value, ()):
+                yield kind, binding, site
+        elif isinstance(value, cst.Call):
+            func = value.func
+            if isinstance(func, cst.Attribute) and func.attr.value in RETURNS_SELF:
+                yield from self._sources(func.value, (), "method", site, depth + 1)
+            elif _called_name(func) in ITERATION_WRAPPERS and value.args and not value.args[0].keyword and not value.args[0].star:
+                yield from self._sources(value.args[0].value, (), "wrapper", site, depth + 1)
+            else:
+                yield from self._returned(value, (), depth)
+
+    def _returned(self, call: cst.Call, path: Tuple[int, ...], depth: int) -> Iterator[Tuple[str, Binding, cst.CSTNode]]:
+        """What a call of one of the file's functions returns (at `path`): each `return` of it."""
+        function = self.callee(call)
+        if function is None or function.name.value == "__init__":
+            return
+        for ret in descendants(function, cst.Return):
+            if ret.value is not None and self.index.owner_of(ret) is function:
+                for kind, source, _ in self._sources(ret.value, path, "return", ret, depth + 1):
+                    yield "return", source, ret
+
+    # -- propagation -------------------------------------------------------------------------
+    def follow(self, seeds: Iterable[Binding], kinds: FrozenSet[str], since: Optional[cst.CSTNode] = None,
+               keep: Callable[[Edge], bool] = lambda edge: True) -> "Value":
+        """The value that `seeds` hold, followed over edges of `kinds` that `keep` accepts.
+
+        `since`: the seeds hold it only from this statement on (a model once it is wrapped): in
+        their own scope, only their references after it do, and only what they hand over after it
+        travels on."""
+        value = Value(self.index, since=since)
+        pending = list(seeds)
+        value.seeds = frozenset(pending)
+        for seed in pending:
+            value.bindings.add(seed)
+        while pending:
+            binding = pending.pop()
+            for edge in self.edges_from(binding):
+                if edge.kind not in kinds or edge.target in value.bindings or not keep(edge):
+                    continue
+                if binding in value.seeds and since is not None and not self._after(edge.site, since):
+                    continue
+                value.bindings.add(edge.target)
+                value.edges.append(edge)
+                pending.append(edge.target)
+        return value
+
+    def _after(self, node: cst.CSTNode, since: cst.CSTNode) -> bool:
+        return self.index.order.get(node, -1) > self.index.ends.get(since, 1 << 62)
+
+
+@dataclass
+class Value:
+    """The bindings that hold one value, and the edges it took to reach them."""
+
+    index: NameIndex
+    since: Optional[cst.CSTNode] = None
+    bindings: set = field(default_factory=set)
+    seeds: FrozenSet[Binding] = frozenset()
+    edges: List[Edge] = field(default_factory=list)
+
+    def holds(self, node: cst.CSTNode) -> bool:
+        """Is `node` (a Name or `self.x` that reads bindings) this value, on every binding it reads?"""
+        read = self.index.refers.get(node)
+        if not read or not all(binding in self.bindings for binding in read):
+            return False
+        if self.since is None or not any(binding in self.seeds for binding in read):
+            return True
+        return self._after_since(node, read)
+
+    def _after_since(self, node: cst.CSTNode, read: Tuple[Binding, ...]) -> bool:
+        """A seed's reference holds the value after `since` in the seed's own scope (for `self.x`:
+        in the whole class), anywhere else once it is reached at all."""
+        index = self.index
+        owner = index.owner_of(node)
+        here = any(b.scope is owner or b.name.startswith("self.") for b in read if b in self.seeds)
+        return not here or index.order.get(node, -1) > index.ends.get(self.since, 1 << 62)  # type: ignore[arg-type]
+
+    def references(self) -> Iterator[cst.CSTNode]:
+        """Every node that holds the value (see holds)."""
+        seen = set()
+        for binding in self.bindings:
+            for node in binding.references:
+                if node not in seen:
+                    seen.add(node)
+                    if self.holds(node):
+                        yield node
+
+    def scopes(self) -> Dict[ScopeOwner, List[Binding]]:
+        found: Dict[ScopeOwner, List[Binding]] = {}
+        for binding in self.bindings:
+            found.setdefault(binding.scope, []).append(binding)
+        return found
+
+
+def _called_name(func: cst.BaseExpression) -> Optional[str]:
+    if isinstance(func, cst.Name):
+        return func.value
+    if isinstance(func, cst.Attribute):
+        return func.attr.value if func.attr.value in ("tqdm", "trange") else None
+    return None

@@ -1,0 +1,122 @@
+"""The value flow (migrator.graph.flow): each edge kind, propagation, and what holds a value."""
+from typing import List
+
+import libcst as cst
+
+from migrator.analysis.passes import _analysis
+from migrator.graph.flow import LOADER, MODEL
+
+SCRIPT = '''\
+import torch
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+
+class Net(torch.nn.Module):
+    def forward(self, x):
+        model = x * 2  # a tensor that happens to be called `model`
+        return model
+
+
+class Evaluator:
+    def __init__(self, net, loader):
+        self.net = net
+        self.loader = loader
+        self.other = None
+
+    def run(self):
+        for x, y in tqdm(self.loader):
+            self.net.generate(x)
+
+
+def build(args):
+    model = Net().to(args.device)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def loaders(data):
+    return DataLoader(data, shuffle=True), DataLoader(data)
+
+
+def sample(net):
+    return net.generate(None)
+
+
+def main(args, data):
+    model, optimizer = build(args)
+    train_loader, val_loader = loaders(data)
+    bar = tqdm(train_loader)
+    for epoch in range(3):
+        for x, y in bar:
+            loss = model(x).sum()
+    sample(model)
+    Evaluator(model, val_loader).run()
+    alias = model
+    return alias
+'''
+
+
+def _flow(source: str = SCRIPT):
+    module = cst.parse_module(source)
+    analysis = _analysis(module)
+    return analysis, analysis.values, analysis.c
+
+
+def _binding(c, scope_name: str, name: str):
+    for scope, names in c.bindings.items():
+        if getattr(getattr(scope, "name", None), "value", "<module>") == scope_name and name in names:
+            return names[name][0]
+    raise AssertionError(f"no {name} in {scope_name}")
+
+
+def _held(c, value) -> List[str]:
+    return sorted(f"{c.owner_of(n).name.value if hasattr(c.owner_of(n), 'name') else '<module>'}:"
+                  f"{cst.Module([]).code_for_node(n)}" for n in value.references())
+
+
+def test_each_edge_kind_is_recorded():
+    _, values, c = _flow()
+    kinds = {(e.kind, e.source.name, e.target.name) for names in c.bindings.values() for bs in names.values()
+             for b in bs for e in values.edges_into(b)}
+    assert ("return", "model", "model") in kinds  # `return model, ...` -> `model, optimizer = build(args)`
+    assert ("argument", "model", "net") in kinds  # sample(model), Evaluator(model, ...)
+    assert ("alias", "net", "self.net") in kinds  # self.net = net in __init__
+    assert ("wrapper", "train_loader", "bar") in kinds  # bar = tqdm(train_loader)
+    assert ("alias", "model", "alias") in kinds
+
+
+def test_a_model_is_followed_through_returns_arguments_and_instances():
+    _, values, c = _flow()
+    seed = _binding(c, "main", "model")
+    held = _held(c, values.follow([seed], MODEL))
+    assert "sample:net" in held and "run:self.net" in held and "main:alias" in held
+    assert not any(h.startswith("forward:") for h in held)  # the tensor in forward() is another binding
+
+
+def test_a_model_held_since_its_wrap():
+    analysis, values, c = _flow()
+    seed = _binding(c, "main", "model")
+    loop = next(s for s in seed.scope.body.body if isinstance(s, cst.For))
+    value = values.follow([seed], MODEL, since=loop)
+    held = _held(c, value)
+    assert "main:model" in held and "sample:net" in held
+    # `model(x)` inside the loop runs before `since` ends: not the value there
+    inside = [n for n in seed.references if analysis.is_inside(n, loop)]
+    assert inside and not any(value.holds(n) for n in inside)
+
+
+def test_a_loader_is_followed_through_unpacking_and_wrappers():
+    _, values, c = _flow()
+    train = _binding(c, "main", "train_loader")
+    val = _binding(c, "main", "val_loader")
+    assert train.path == (0,) and val.path == (1,)
+    held = _held(c, values.follow([val], LOADER))
+    assert "run:self.loader" in held and "main:val_loader" in held
+    assert "main:bar" in _held(c, values.follow([train], LOADER))
+
+
+def test_a_reference_holds_a_value_only_when_every_binding_it_reads_does():
+    source = SCRIPT.replace("        self.other = None\n", "        self.other = None\n\n    def swap(self, other):\n        self.net = other\n")
+    _, values, c = _flow(source)
+    held = _held(c, values.follow([_binding(c, "main", "model")], MODEL))
+    assert "run:self.net" not in held  # self.net may be `other` too
