@@ -140,8 +140,6 @@ class FlowBase:
         self.functions, self.classes = graph.functions, graph.classes
         self.callee, self.method_of, self.instance_class = graph.callee, graph.method_of, graph.instance_class
         self.trains, self.optimizer_names = graph.trains, graph.optimizer_names
-        # `pbar = tqdm(train_loader)`: a name standing for a loader (its loops are the loader's).
-        self.loader_aliases: Dict[str, str] = {}
         self._attributes_by_receiver: Optional[Dict[str, List[cst.Attribute]]] = None
         self._wrapping: Optional[Dict[str, List[Tuple[str, cst.SimpleStatementLine]]]] = None
         self.values = a.values  # the file's value flow (migrator.graph.flow), built once
@@ -154,18 +152,6 @@ class FlowBase:
         if params and params[0] in ("self", "cls") and self.a.enclosing_class(fn) is not None:
             params = params[1:]
         return params
-
-    def param_for(self, fn: cst.FunctionDef, call: cst.Call, expr: str) -> Optional[str]:
-        """The parameter of `fn` that receives `expr` at `call`."""
-        params = self.bound_params(fn)
-        for index, arg in enumerate(call.args):
-            if code_of(arg.value) != expr:
-                continue
-            if arg.keyword is not None:
-                return arg.keyword.value
-            if arg.star == "" and index < len(params):
-                return params[index]
-        return None
 
     def argument_for(self, fn: cst.FunctionDef, call: cst.Call, param: str) -> Optional[str]:
         params = self.bound_params(fn)
@@ -184,22 +170,8 @@ class FlowBase:
                     return small.value
         return None
 
-    def spelled_in(self, loop: cst.CSTNode, spelled: str) -> str:
-        """How the loader is spelled where `loop` iterates it (the loader's name, not its progress bar's)."""
-        iterated = _iterated(loop)
-        return spelled if iterated is None or iterated in self.loader_aliases else iterated
-
     def calls_within(self, node: cst.CSTNode) -> List[cst.Call]:
         return self.a.calls_inside.get(node, [])
-
-    def loops_over(self, expr: str, within: cst.CSTNode) -> List[cst.CSTNode]:
-        """`for ... in <expr>` loops, and `iter(<expr>)` calls (step loops that call next())."""
-        loops = [loop for loop in self.c.loops if isinstance(loop, cst.For) and _iterated(loop) == expr]
-        streams = [
-            call for call in self.calls_within(within)
-            if N.is_name(call.func, "iter") and _iterated(call) == expr
-        ]
-        return [node for node in loops if self.a.is_inside(node, within)] + streams
 
     @property
     def has_updates(self) -> bool:

@@ -21,15 +21,15 @@ class EpochFlow(FlowBase):
         enclosing = self.enclosing_epoch_loop(loop)
         if enclosing is not None:
             # Spelled as the loop spells it: the epoch loop is in the same function.
-            return [EpochHook(enclosing, self.spelled_in(loop, spelled), _loop_variable(enclosing))]
-        counted = self.counted_while_hook(loop, self.spelled_in(loop, spelled))
+            return [EpochHook(enclosing, spelled, _loop_variable(enclosing))]
+        counted = self.counted_while_hook(loop, spelled)
         if counted is not None:
             return [counted]
         fn = self.a.enclosing_function(loop)
         if fn is None:
             return []
         hooks = []
-        inner = self.spelled_in(loop, spelled)  # the loader as this function spells it (often a parameter)
+        inner = spelled  # the loader as this function spells it (often a parameter)
         for call in self.c.calls:
             if self.callee(call) is not fn:
                 continue

@@ -5,13 +5,14 @@ A loader is followed to its loops: where it is built, in functions it is passed 
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
 from migrator import names as N
-from migrator.graph.bindings import ScopeOwner, dotted_name
-from migrator.dataflow.core import EpochHook, LoaderFact, Statement, _iterated, _wrapped, code_of
+from migrator.graph.bindings import dotted_name
+from migrator.dataflow.core import _NOT_WRAPPERS, EpochHook, LoaderFact, _iterated, code_of
+from migrator.graph.flow import LOADER
 from migrator.dataflow.epochs import EpochFlow
 from migrator.tree import descendants
 
@@ -114,157 +115,63 @@ class LoaderFlow(EpochFlow):
         cls = next((c for c in self.c.classes if c.name.value == name), None)
         return cls is not None and any(self.c.resolve(base.value) in N.ITERABLE_DATASET for base in cls.bases)
 
-    def loader_loops(self, call: cst.Call, statement) -> Tuple[Optional[str], List[Tuple[cst.For, str]]]:
-        """The loader's name where it is built, and every loop over it (with its spelling there)."""
-        target = _assigned_name(statement, call)
-        if target is not None:
-            return target, self.uses(target, self.a.scope_of(call))
-        # `return DataLoader(...)` or `return train_loader, val_loader` from a helper function.
-        fn = self.a.enclosing_function(call)
-        if fn is not None and isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Return):
-            found: List[Tuple[cst.For, str]] = []
-            for path in _paths_to_node(statement.body[0].value, call, ()):
-                found += self.returned_uses(fn, path)
-            return None, found
-        return None, []
+    def loader_loops(self, call: cst.Call, statement) -> Tuple[Optional[str], List[Tuple[cst.CSTNode, str]]]:
+        """The loader's name where it is built, and every use of it that walks it, each with the
+        loader as spelled there: a loop over it (through `tqdm()`, `enumerate()`), an `iter()` of
+        it, a call handing it to a training function the file imports. The loader is a value of
+        the file's value flow (migrator.graph.flow): followed through names, `self.` attributes,
+        arguments, returns and unpacking, whatever they are called."""
+        value = self.values.follow(self.values.receivers(call), LOADER, every=False)
+        uses: Dict[cst.CSTNode, str] = {}
+        for node in sorted(value.references(), key=lambda n: self.c.order.get(n, 0)):
+            for use, spelled in self._walked(node, value):
+                uses.setdefault(use, spelled)
+        return _assigned_name(statement, call), list(uses.items())
 
-    def uses(self, expr: str, owner: ScopeOwner, depth: int = 0) -> List[Tuple[cst.For, str]]:
-        """Loops over `expr` in `owner`, in methods of its class (self.x), and in functions it is passed to."""
-        found: List[Tuple[cst.For, str]] = []
-        scopes: List[cst.CSTNode] = [owner]
-        if expr.startswith("self."):
-            cls = self.a.enclosing_class(owner)
-            scopes = [cls] if cls is not None else scopes
-        for scope in scopes:
-            found += [(loop, expr) for loop in self.loops_over(expr, scope)]
-            for alias in self.progress_aliases(expr, scope):
-                found += [(loop, expr) for loop in self.loops_over(alias, scope)]
-            for call in self.calls_within(scope):
-                fn = self.callee(call)
-                param = self.param_for(fn, call, expr) if fn is not None else None
-                if param is not None and depth < MAX_DEPTH:
-                    found += [(loop, expr) for loop, _ in self.uses(param, fn, depth + 1)]
-                elif fn is None and self.external_training_call(call, expr):
-                    found.append((call, expr))  # type: ignore[arg-type]
-                elif fn is None and self.external_trainer(call, expr):
-                    found += [(run, expr) for run in self.trainer_runs(call)]  # type: ignore[misc]
-        # `self.loader = loader` in a constructor or method: the loader lives on the instance.
-        if "." not in expr and isinstance(owner, cst.FunctionDef) and depth < MAX_DEPTH:
-            for attribute in self.stored_on_self(expr, owner):
-                found += [(loop, expr) for loop, _ in self.uses(attribute, owner, depth + 1)]
-        # A helper that returns the loader: `train_loader, val_loader = make_loaders(...)`.
-        if "." not in expr and isinstance(owner, cst.FunctionDef):
-            for position in self.return_positions(owner, expr):
-                found += self.returned_uses(owner, position)
-        return found
+    def _walked(self, node: cst.CSTNode, value) -> List[Tuple[cst.CSTNode, str]]:
+        """Where `node`, a reference to the loader, is walked: the loop or `iter()` over it, or the
+        imported training function (or trainer) it is handed to."""
+        walked: cst.CSTNode = node
+        parent = self.a.parent(walked)
+        while isinstance(parent, cst.Arg) and parent.keyword is None and not parent.star:
+            call = self.a.parent(parent)
+            if not isinstance(call, cst.Call) or call.args[0] is not parent:
+                break
+            if N.is_name(call.func, "iter"):
+                return [(call, self._spelling(node, value))]
+            if (dotted_name(call.func) or "").split(".")[-1] in _NOT_WRAPPERS:
+                return []
+            walked, parent = call, self.a.parent(call)
+        if isinstance(parent, cst.For) and parent.iter is walked:
+            return [(parent, self._spelling(node, value))]
+        holder = self.a.parent(node)
+        call = self.a.parent(holder) if isinstance(holder, cst.Arg) else None
+        if not isinstance(call, cst.Call) or self.callee(call) is not None:
+            return []
+        spelled = code_of(node)
+        if self.external_training_call(call, spelled):
+            return [(call, spelled)]
+        if self.external_trainer(call, spelled):
+            return [(run, spelled) for run in self.trainer_runs(call)]
+        return []
 
-    def progress_aliases(self, expr: str, scope: cst.CSTNode) -> List[str]:
-        """`pbar = tqdm(train_loader, ...)` / `batches = enumerate(train_loader)`: names whose loops
-        are loops over the loader (an `iter(...)` is a stream, followed by loops_over itself)."""
-        if self._wrapping is None:
-            # One pass: every `name = wrapper(<loader>, ...)` assignment, by what it wraps.
-            self._wrapping = {}
-            for target, statement in self.c.assignments:
-                value = getattr(statement.body[0], "value", None)
-                if not isinstance(value, cst.Call) or N.is_name(value.func, "iter") or "." in target or "," in target:
-                    continue
-                wrapped = _wrapped(value)
-                if wrapped is not None:
-                    self._wrapping.setdefault(wrapped, []).append((target, statement))
-        found = []
-        for target, statement in self._wrapping.get(expr, ()):
-            if self.a.is_inside(statement, scope):
-                self.loader_aliases[target] = expr
-                found.append(target)
-        return found
+    def _spelling(self, node: cst.CSTNode, value) -> str:
+        """The loader as spelled where `node` reads it: the loader itself, not the progress bar or
+        the `enumerate(...)` a name holds (`pbar = tqdm(train_loader)`: `train_loader`)."""
+        read = self.c.refers.get(node, ())
+        inner = [_first_walked(b.value) if isinstance(b.value, cst.Call) else None for b in read]
+        if read and all(isinstance(i, (cst.Name, cst.Attribute)) and value.holds(i) for i in inner):
+            return code_of(inner[0])
+        return code_of(node)
 
-    def stored_on_self(self, name: str, fn: cst.FunctionDef) -> List[str]:
-        found = []
-        for target, statement in self.c.assignments:
-            if not target.startswith("self.") or self.a.scope_of(statement) is not fn:
-                continue
-            small = statement.body[0]
-            value = getattr(small, "value", None)
-            if isinstance(value, cst.Name) and value.value == name:
-                found.append(target)
-            elif isinstance(small, cst.Assign) and isinstance(value, cst.Tuple):
-                # `self.model, self.data_loader = model, data_loader`: element by element.
-                for assign_target in small.targets:
-                    names = assign_target.target
-                    if isinstance(names, cst.Tuple) and len(names.elements) == len(value.elements):
-                        found += [
-                            target for element, item in zip(names.elements, value.elements)
-                            if code_of(element.value) == target and isinstance(item.value, cst.Name) and item.value.value == name
-                        ]
-        return found
 
-    def return_positions(self, fn: cst.FunctionDef, expr: str) -> List[Tuple[int, ...]]:
-        """Where `fn` returns `expr`: a path into nested tuples (`return (train, val), w` -> (0, 0))."""
-        positions: List[Tuple[int, ...]] = []
-        for ret in descendants(fn, cst.Return):
-            if ret.value is not None:
-                positions += _paths_to(ret.value, expr, ())
-        return positions
-
-    def returned_uses(self, fn: cst.FunctionDef, path: Tuple[int, ...]) -> List[Tuple[cst.For, str]]:
-        found: List[Tuple[cst.For, str]] = []
-        for call in self.c.calls:
-            if self.callee(call) is not fn:
-                continue
-            statement = self.a.statement_of(call)
-            if not isinstance(statement, cst.SimpleStatementLine) or not isinstance(statement.body[0], cst.Assign):
-                continue
-            assign = statement.body[0]
-            if assign.value is not call:
-                continue
-            name = self.unpacked_name(assign.targets[0].target, path, statement)
-            if name is not None:
-                found += self.uses(name, self.a.scope_of(call), depth=1)
-        return found
-
-    def unpacked_name(self, target: cst.BaseExpression, path: Tuple[int, ...], statement: Statement) -> Optional[str]:
-        """The name the value at `path` ends up in: `(train, val), w = f()`, or `loaders, w = f()`
-        followed by `train, val = loaders` in the same function."""
-        if not path:
-            return code_of(target) if isinstance(target, (cst.Name, cst.Attribute)) else None
-        if isinstance(target, (cst.Tuple, cst.List)):
-            if path[0] >= len(target.elements):
-                return None
-            return self.unpacked_name(target.elements[path[0]].value, path[1:], statement)
-        if not isinstance(target, cst.Name):
+def _first_walked(node: cst.CSTNode) -> Optional[cst.CSTNode]:
+    """The value inside `enumerate(tqdm(loader), 1)`-like wrappers: the first positional argument, down."""
+    while isinstance(node, cst.Call) and node.args and node.args[0].keyword is None and not node.args[0].star:
+        if (dotted_name(node.func) or "").split(".")[-1] in _NOT_WRAPPERS or N.is_name(node.func, "iter"):
             return None
-        scope = self.a.scope_of(statement)
-        for name, later in self.c.assignments:
-            small = later.body[0]
-            if (
-                later is not statement and self.a.scope_of(later) is scope and self.a.comes_after(later, statement)
-                and isinstance(small, cst.Assign) and isinstance(small.value, cst.Name) and small.value.value == target.value
-            ):
-                return self.unpacked_name(small.targets[0].target, path, later)
-        return None
-
-
-# How many hand-overs a loader is followed through: returned by a helper, passed to train(), to a
-# Trainer's __init__, stored on self and looped over in a method is four.
-MAX_DEPTH = 4
-
-
-def _paths_to_node(value: Optional[cst.BaseExpression], node: cst.CSTNode, prefix: Tuple[int, ...]) -> List[Tuple[int, ...]]:
-    if value is node:
-        return [prefix]
-    if isinstance(value, cst.Tuple):
-        return [p for i, e in enumerate(value.elements) for p in _paths_to_node(e.value, node, (*prefix, i))]
-    return []
-
-
-def _paths_to(value: cst.BaseExpression, expr: str, prefix: Tuple[int, ...]) -> List[Tuple[int, ...]]:
-    if isinstance(value, cst.Tuple):
-        paths: List[Tuple[int, ...]] = []
-        for index, element in enumerate(value.elements):
-            paths += _paths_to(element.value, expr, (*prefix, index))
-        return paths
-    return [prefix] if code_of(value) == expr else []
-
+        node = node.args[0].value
+    return node
 
 def _shuffles(shuffle: Optional[cst.Arg]) -> bool:
     return shuffle is not None and not (isinstance(shuffle.value, cst.Name) and shuffle.value.value == "False")

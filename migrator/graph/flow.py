@@ -6,7 +6,8 @@ travels, whatever the names on either side:
 
   alias     `net = model`, `self.model = model`
   method    `model = model.to(device)`: an nn.Module method that returns the module itself
-  wrapper   `pbar = tqdm(loader)`, `enumerate(loader)`: a loop over it walks the loader
+  wrapper   `pbar = tqdm(loader)`, `batches = enumerate(loader)`: a call handed the value first,
+            which a loop over its result walks (not `range(len(loader))`, nor `iter(loader)`)
   argument  `train(model, loader)` -> train's parameters (a function, a method through `self`,
             a class's `__init__`, a method of an instance built from a class of the file)
   return    `return model, optimizer` -> `net, opt = build(args)` at each call site
@@ -14,13 +15,14 @@ travels, whatever the names on either side:
 
 A consumer picks the kinds its value takes (a model goes through `.to()`, a loader through
 `tqdm()`), seeds the bindings it starts from, and asks the Value which nodes hold it. A reference
-holds a value when every binding it reads does: `self.model` assigned the model in `__init__` and
-something else in another method may be either, and a DDP-only edit there would break one.
+holds a value when every binding it reads does (`self.model` assigned the model in `__init__` and
+something else in another method may be either, and a DDP-only edit there would break one), or,
+for a consumer that asks what may be the value (a loop that may walk this loader), when one does.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Tuple, Union
 
 import libcst as cst
 
@@ -34,8 +36,9 @@ LOADER = frozenset({"alias", "wrapper", "argument", "return", "unpack"})
 RETURNS_SELF = frozenset(
     {"train", "eval", "to", "cuda", "cpu", "float", "half", "double", "bfloat16", "apply", "requires_grad_", "zero_grad"}
 )
-# Calls whose first argument is what a loop over them walks (`for i, batch in enumerate(tqdm(loader))`).
-ITERATION_WRAPPERS = frozenset({"enumerate", "tqdm", "trange", "iter"})
+# Calls whose first argument is not what a loop over their result walks (range(len(loader)) walks
+# indices); `iter(loader)` is a stream, read by next(), not a loop.
+NOT_WRAPPERS = frozenset({"range", "len", "reversed", "sorted", "iter"})
 
 
 @dataclass(frozen=True)
@@ -71,18 +74,29 @@ class ValueFlow:
         if self._into is not None:
             return
         self._into = {}
+        self._origins: Dict[cst.CSTNode, List[Binding]] = {}
         for names in self.index.bindings.values():
             for bindings in names.values():
                 for binding in bindings:
                     if binding.value is not None and binding.kind in ("assignment", "attribute", "unpacking", "with"):
                         for kind, source, site in self._sources(binding.value, binding.path, "alias", binding.statement):
-                            self._add(Edge(kind, source, binding, site))
+                            if isinstance(source, Binding):
+                                self._add(Edge(kind, source, binding, site))
+                            else:
+                                self._origins.setdefault(source, []).append(binding)
         for call in self._calls():
             function = self.callee(call)
             if function is not None:
                 for param, value in self.arguments(function, call):
                     for kind, source, _ in self._sources(value, (), "argument", call):
-                        self._add(Edge("argument", source, param, call))
+                        if isinstance(source, Binding):
+                            self._add(Edge("argument", source, param, call))
+
+    def receivers(self, node: cst.CSTNode) -> List[Binding]:
+        """The bindings that get the value `node` makes (`loader = DataLoader(...)`, or each
+        `train, val = make_loaders()` where make_loaders returns `DataLoader(...), DataLoader(...)`)."""
+        self._build()
+        return self._origins.get(node, [])
 
     def _add(self, edge: Edge) -> None:
         self._into.setdefault(edge.target, []).append(edge)  # type: ignore[union-attr]
@@ -107,9 +121,10 @@ class ValueFlow:
             if binding is not None:
                 yield binding, arg.value
 
-    def _sources(self, value: cst.BaseExpression, path: Tuple[int, ...], kind: str,
-                 site: Optional[cst.CSTNode], depth: int = 0) -> Iterator[Tuple[str, Binding, cst.CSTNode]]:
-        """(edge kind, source binding, site) for what `value` (at `path` inside it) passes on."""
+    def _sources(self, value: cst.BaseExpression, path: Tuple[int, ...], kind: str, site: Optional[cst.CSTNode],
+                 depth: int = 0) -> Iterator[Tuple[str, Union[Binding, cst.CSTNode], cst.CSTNode]]:
+        """(edge kind, source binding, site) for each binding `value` (at `path` inside it) passes
+        on, and (kind, node, site) for an expression that makes it (its origin: `DataLoader(...)`)."""
         if depth > 8:
             return
         site = site if site is not None else value
@@ -129,16 +144,21 @@ class ValueFlow:
         if isinstance(value, (cst.Name, cst.Attribute)):
             for binding in self.index.refers.get(value, ()):
                 yield kind, binding, site
-        elif isinstance(value, cst.Call):
-            func = value.func
-            if isinstance(func, cst.Attribute) and func.attr.value in RETURNS_SELF:
-                yield from self._sources(func.value, (), "method", site, depth + 1)
-            elif _called_name(func) in ITERATION_WRAPPERS and value.args and not value.args[0].keyword and not value.args[0].star:
-                yield from self._sources(value.args[0].value, (), "wrapper", site, depth + 1)
-            else:
-                yield from self._returned(value, (), depth)
+            return
+        yield kind, value, site
+        if not isinstance(value, cst.Call):
+            return
+        func = value.func
+        if isinstance(func, cst.Attribute) and func.attr.value in RETURNS_SELF:
+            yield from self._sources(func.value, (), "method", site, depth + 1)
+        elif self.callee(value) is not None:
+            yield from self._returned(value, (), depth)
+        else:
+            first = value.args[0] if value.args else None
+            if first is not None and not first.keyword and not first.star and _called_name(func) not in NOT_WRAPPERS:
+                yield from self._sources(first.value, (), "wrapper", site, depth + 1)
 
-    def _returned(self, call: cst.Call, path: Tuple[int, ...], depth: int) -> Iterator[Tuple[str, Binding, cst.CSTNode]]:
+    def _returned(self, call: cst.Call, path: Tuple[int, ...], depth: int) -> Iterator[Tuple[str, Union[Binding, cst.CSTNode], cst.CSTNode]]:
         """What a call of one of the file's functions returns (at `path`): each `return` of it."""
         function = self.callee(call)
         if function is None or function.name.value == "__init__":
@@ -146,17 +166,20 @@ class ValueFlow:
         for ret in descendants(function, cst.Return):
             if ret.value is not None and self.index.owner_of(ret) is function:
                 for kind, source, _ in self._sources(ret.value, path, "return", ret, depth + 1):
-                    yield "return", source, ret
+                    yield ("return" if isinstance(source, Binding) else kind), source, ret
 
     # -- propagation -------------------------------------------------------------------------
     def follow(self, seeds: Iterable[Binding], kinds: FrozenSet[str], since: Optional[cst.CSTNode] = None,
-               keep: Callable[[Edge], bool] = lambda edge: True) -> "Value":
+               keep: Callable[[Edge], bool] = lambda edge: True, every: bool = True) -> "Value":
         """The value that `seeds` hold, followed over edges of `kinds` that `keep` accepts.
+
+        `every`: a reference holds the value only when every binding it reads does (an edit that
+        is right for this value only); else when any does (a loop that may walk this loader).
 
         `since`: the seeds hold it only from this statement on (a model once it is wrapped): in
         their own scope, only their references after it do, and only what they hand over after it
         travels on."""
-        value = Value(self.index, since=since)
+        value = Value(self.index, since=since, every=every)
         pending = list(seeds)
         value.seeds = frozenset(pending)
         for seed in pending:
@@ -183,14 +206,16 @@ class Value:
 
     index: NameIndex
     since: Optional[cst.CSTNode] = None
+    every: bool = True
     bindings: set = field(default_factory=set)
     seeds: FrozenSet[Binding] = frozenset()
     edges: List[Edge] = field(default_factory=list)
 
     def holds(self, node: cst.CSTNode) -> bool:
-        """Is `node` (a Name or `self.x` that reads bindings) this value, on every binding it reads?"""
+        """Is `node` (a Name or `self.x` that reads bindings) this value (on every binding it reads,
+        or on one of them: `every`)?"""
         read = self.index.refers.get(node)
-        if not read or not all(binding in self.bindings for binding in read):
+        if not read or not (all if self.every else any)(binding in self.bindings for binding in read):
             return False
         if self.since is None or not any(binding in self.seeds for binding in read):
             return True
@@ -224,6 +249,4 @@ class Value:
 def _called_name(func: cst.BaseExpression) -> Optional[str]:
     if isinstance(func, cst.Name):
         return func.value
-    if isinstance(func, cst.Attribute):
-        return func.attr.value if func.attr.value in ("tqdm", "trange") else None
-    return None
+    return func.attr.value if isinstance(func, cst.Attribute) else None
