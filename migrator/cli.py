@@ -759,7 +759,7 @@ def _engine_again(options: Options, mode: WriteBack):
 
 def _planning_failed(project: Sequence[Any], exc: Exception) -> Dict[str, "Update"]:
     from migrator.project.plan import Update
-    from migrator.project.rules import MODULE_NEEDS_MIGRATION
+    from migrator.rules.modules import MODULE_NEEDS_MIGRATION
     from migrator.types import Diagnostic
 
     # Migrated alone, a script whose modules were to be planned with it may train wrong (a DataParallel

@@ -530,7 +530,7 @@ def evaluate(loader, model):
 def test_the_cli_knows_the_declines_a_caller_answers():
     from migrator import cli as cli_module
     from migrator.project.hints import LIBRARY_DECLINES
-    from migrator.project.rules import MODULE_NEEDS_MIGRATION
+    from migrator.rules.modules import MODULE_NEEDS_MIGRATION
 
     assert cli_module._LIBRARY_DECLINES == LIBRARY_DECLINES | {MODULE_NEEDS_MIGRATION.code}
 

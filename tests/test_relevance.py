@@ -15,7 +15,7 @@ import pytest
 from migrator import RULES, api, triage
 from migrator.context import FileContext
 from migrator.launcher import LAUNCHER_RULES
-from migrator.project.rules import RULES as PROJECT_RULES
+from migrator.rules.modules import RULES as PROJECT_RULES
 from migrator.relevance import python_may_need_migration, python_may_train
 
 ROOT = Path(__file__).resolve().parent.parent

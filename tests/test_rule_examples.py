@@ -7,7 +7,7 @@ from migrator.options import Options
 from migrator.launcher import EXAMPLE_KIND, LAUNCHER_RULES, migrate_launcher
 from migrator.project import ModuleRole, migrate_module
 from migrator.graph.values import Receivers
-from migrator.project.rules import RULES as PROJECT_RULES
+from migrator.rules.modules import RULES as PROJECT_RULES
 
 LAUNCHER_CODES = {rule.code for rule in LAUNCHER_RULES}
 # Project mode's rules run on a module a migrated training script imports (migrator.project).

@@ -21,7 +21,7 @@ from migrator.api import migrate
 from migrator.context import FileContext
 from migrator.launcher import LAUNCHER_RULES
 from migrator.options import Options
-from migrator.project.rules import RULES as PROJECT_RULES
+from migrator.rules.modules import RULES as PROJECT_RULES
 from migrator.rules import RULES, RULES_BY_CODE
 
 # Launcher files and project mode's modules have engines of their own.

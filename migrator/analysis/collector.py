@@ -46,6 +46,7 @@ class _Collector(NameIndex):
         self.launch_strings: List[cst.BaseExpression] = []
         self.rank_checks: List[cst.If] = []
         self.legacy_launch_imports: List[cst.CSTNode] = []
+        self.handlers: List[cst.ExceptHandler] = []
 
     def qnames(self, node: cst.CSTNode) -> Set[str]:
         qualified = self.resolve(node)
@@ -155,6 +156,10 @@ class _Collector(NameIndex):
         names = [] if isinstance(node.names, cst.ImportStar) else [code_of(a.name) for a in node.names]
         if N.is_legacy_launch_module(module) or (module == "torch.distributed" and "launch" in names):
             self.legacy_launch_imports.append(node)
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        super().visit_ExceptHandler(node)
+        self.handlers.append(node)
 
     def visit_If(self, node: cst.If) -> None:
         if N.is_main_guard(node.test):

@@ -15,7 +15,7 @@ import libcst as cst
 from migrator.analysis.facts import LazyPositions
 from migrator.options import Options
 from migrator.project.rewrite import ModuleRole, migrate_module
-from migrator.project.rules import MODULE_NEEDS_MIGRATION, MODULE_SET_EPOCH
+from migrator.rules.modules import MODULE_NEEDS_MIGRATION, MODULE_SET_EPOCH
 from migrator.types import Diagnostic, Result
 
 # The declines of a module whose model comes from a caller elsewhere.

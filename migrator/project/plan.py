@@ -34,7 +34,7 @@ from migrator.project.outcome import ProjectFile, Update, plannable, relative
 from migrator.project.hints import LIBRARY_DECLINES
 from migrator.project.trainers import Engine, left_with_its_script, migrate_together
 from migrator.project.rewrite import DATAPARALLEL_IN_MODULE, ModuleRole, migrate_module
-from migrator.project.rules import MODULE_NEEDS_MIGRATION, MODULE_SAMPLER, MODULE_SET_EPOCH
+from migrator.rules.modules import MODULE_NEEDS_MIGRATION, MODULE_SAMPLER, MODULE_SET_EPOCH
 from migrator.types import Change, Diagnostic, Result
 
 SETUP_CODE = "DDP001"  # the per-file engine set up the process group: the file is an entry point

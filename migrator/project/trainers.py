@@ -28,7 +28,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 from migrator.errors import MigrateError
 from migrator.project.graph import ProjectGraph
 from migrator.project.outcome import ProjectFile, Update, plannable, relative
-from migrator.project.rules import MODULE_NEEDS_MIGRATION
+from migrator.rules.modules import MODULE_NEEDS_MIGRATION
 from migrator.types import Diagnostic, Result
 
 NO_ENTRY_POINT = "DDP101"  # the module trains, with models of its own, but nothing sets up a group

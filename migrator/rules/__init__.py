@@ -12,7 +12,7 @@ from migrator.context import FileContext
 from migrator.edits import Plan
 from migrator.launcher import LAUNCHER_RULES
 from migrator.legacy_syntax import RULE as ASYNC_KEYWORD
-from migrator.project import rules as project_rules
+from migrator.rules import modules as project_rules
 from migrator.rule import Rule
 from migrator.rules import (
     advisories,

@@ -3,18 +3,340 @@ back after it), the model's keys and its own API through `.module` when it is wr
 from __future__ import annotations
 
 import builtins
-from typing import Iterator, List, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
 from migrator import names as N
 from migrator.graph.bindings import dotted_name
-from migrator.project.rules import MODULE_CHECKPOINT_KEYS, MODULE_MODEL_API, MODULE_RANK_ZERO_SAVE
-from migrator.project.shapes import (
-    MODULE_API, first_statement, path_used_after, short, source_of, walk,
+from migrator.rule import Example, Rule
+from migrator.rules.modules.base import ModulePlanner, first_statement, short, source_of
+from migrator.tree import descendants, parameter_names
+
+MODULE_RANK_ZERO_SAVE = Rule(
+    code="DDP032",
+    name="module-rank-zero-checkpoint",
+    summary="checkpoints written in a module the training script imports are written by rank 0 only",
+    what="""
+In project mode, a `torch.save` of a checkpoint in a module that a migrated training script
+imports runs on rank 0 only: a function that only writes (`save_checkpoint`, an `on_epoch_end`
+hook: it returns nothing, keeps no state the ranks share, and runs nothing every rank must run,
+neither the model's forward nor a method of its class, a load, a training step or a collective)
+returns early on the other ranks, so what it does after the save (copying the best model, writing
+a score file) is rank 0's too; any other `torch.save` is put under `if not dist.is_initialized() or dist.get_rank() == 0:`.
+
+A save is a checkpoint by what it writes, whatever it is called: a value that carries a
+`state_dict()`, the script's model, or a state the script hands over (`save_checkpoint({"state_dict":
+model.state_dict()}, is_best)` fills the helper's `state`), itself or through a local the function
+builds (`state = {...}`, `save_dict["model"] = ...`). Project mode follows the model and such
+states from the script's calls into the modules.""",
+    why="""
+Every rank reaching the save writes the same file at the same time: wasted I/O at best, a
+truncated or interleaved checkpoint at worst, and a copy of a file another rank is still writing.""",
+    fix="The rank check, conditional on a process group: a caller without one still saves.",
+    fix_safety="""
+Safe for checkpoints. A `torch.save` of anything else (a cache of processed data that every rank
+reads back, or a parameter no caller is seen to fill with a model's state) is reported (DDP140),
+not guarded; a save under a rank check already is left alone.""",
+    requires=('DDP001',),
+    fixable=True,
+    examples=(
+        Example(
+            id="saver-class",
+            before='''import shutil
+
+import torch
+
+
+class Saver:
+    def save_checkpoint(self, state, is_best, filename="checkpoint.pth.tar"):
+        torch.save(state, filename)
+        if is_best:
+            shutil.copyfile(filename, "model_best.pth.tar")
+''',
+            after='''import shutil
+
+import torch
+import torch.distributed as dist
+
+
+class Saver:
+    def save_checkpoint(self, state, is_best, filename="checkpoint.pth.tar"):
+        if dist.is_initialized() and dist.get_rank() != 0:
+            return  # one copy of each checkpoint: rank 0 writes it
+        torch.save(state, filename)
+        if is_best:
+            shutil.copyfile(filename, "model_best.pth.tar")
+''',
+            handed=(("state", "Saver.save_checkpoint", "state"),),
+        ),
+        Example(
+            id="state-built-here",
+            before='''import torch
+
+
+def save_model(model, epoch, path):
+    state = {"epoch": epoch}
+    state["model"] = model.state_dict()
+    torch.save(state, path)
+''',
+            after='''import torch
+import torch.distributed as dist
+
+
+def save_model(model, epoch, path):
+    state = {"epoch": epoch}
+    state["model"] = model.state_dict()
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        torch.save(state, path)
+''',
+        ),
+        Example(
+            id="a-hook-that-only-writes",
+            before='''import shutil
+
+import torch
+
+
+def on_epoch_end(epoch, state, path):
+    torch.save(state, path)
+    shutil.copyfile(path, "last.pt")
+''',
+            after='''import shutil
+
+import torch
+import torch.distributed as dist
+
+
+def on_epoch_end(epoch, state, path):
+    if dist.is_initialized() and dist.get_rank() != 0:
+        return  # one copy of each checkpoint: rank 0 writes it
+    torch.save(state, path)
+    shutil.copyfile(path, "last.pt")
+''',
+            handed=(("state", "on_epoch_end", "state"),),
+        ),
+        Example(
+            id="evaluates-before-it-saves",
+            before='''import shutil
+
+import torch
+
+
+class Trainer:
+    def save_best(self, loader, state, path):
+        self.evaluate(loader)
+        torch.save(state, path)
+        shutil.copyfile(path, "best.pt")
+''',
+            fires=False,
+            diagnostics=("DDP140",),
+            handed=(("state", "Trainer.save_best", "state"),),
+        ),
+        Example(
+            id="data-cache",
+            before='''import os
+
+import torch
+
+
+def load_features(dataset, path):
+    if not os.path.exists(path):
+        features = torch.stack([sample for sample, _ in dataset])
+        torch.save(features, path)
+    return torch.load(path)
+''',
+            fires=False,
+            diagnostics=("DDP140",),
+        ),
+        Example(
+            id="already-on-rank-zero",
+            before='''import torch
+
+
+def save_on_master(state, path, rank):
+    if rank == 0:
+        torch.save(state, path)
+''',
+            fires=False,
+        ),
+    ),
 )
-from migrator.project.planner import Planner
-from migrator.tree import parameter_names
+
+MODULE_CHECKPOINT_KEYS = Rule(
+    code="DDP033",
+    name="module-checkpoint-keys",
+    summary="a model saved or loaded in a module the training script imports keeps its original keys",
+    what="""
+In project mode, when the training script's model was not wrapped in DataParallel for good (its
+checkpoints had the bare module's keys), `model.state_dict()` and `model.load_state_dict(...)` on
+the script's model in an imported module go through `.module` when the model is wrapped in DDP.
+The model is followed from the script's calls into the module (`Trainer(model, ...)`,
+`save_checkpoint(model, epoch)`): through parameters, `self.x = model`, a local `net = self.x`, the
+functions it is passed on to and base classes, whatever it is called there; an object that is only
+named like a model (`self.model_dir`) is left alone.
+
+The script's model pickled whole (`state = {"epoch": epoch, "model": model}; torch.save(state,
+path)`) is saved as the bare module, whatever DataParallel the script had.""",
+    why="""
+DDP's own `state_dict()` prefixes every key with `module.`: checkpoints written after the
+migration would no longer load into the unwrapped model (an evaluation script, a resumed run).
+A pickled DDP wrapper is worse: it cannot be loaded without a process group, and a run resumed
+from it wraps it in DDP a second time.""",
+    fix="`(model.module if isinstance(model, DDP) else model).state_dict()`; `(model.module if isinstance(model, DDP) else model)` where the model is saved whole.",
+    fix_safety="Safe: a model that is not wrapped is used as before. A module that spells `.module.` itself is left alone.",
+    requires=('DDP003',),
+    fixable=True,
+    examples=(
+        Example(
+            id="trainer-saves-model",
+            before='''import torch
+
+
+class BaseTrainer:
+    def _save_checkpoint(self, epoch):
+        torch.save({"epoch": epoch, "state_dict": self.model.state_dict()}, f"epoch{epoch}.pth")
+''',
+            after='''import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class BaseTrainer:
+    def _save_checkpoint(self, epoch):
+        if dist.is_initialized() and dist.get_rank() != 0:
+            return  # one copy of each checkpoint: rank 0 writes it
+        torch.save({"epoch": epoch, "state_dict": (self.model.module if isinstance(self.model, DDP) else self.model).state_dict()}, f"epoch{epoch}.pth")
+''',
+            handed=(("model", "BaseTrainer", "self.model"),),
+        ),
+        Example(
+            id="model-pickled-in-a-dict",
+            before='''import torch
+
+
+def save_checkpoint(epoch, model, optimizer):
+    state = {"epoch": epoch, "model": model, "optimizer": optimizer}
+    torch.save(state, "checkpoint.pth.tar")
+''',
+            after='''import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def save_checkpoint(epoch, model, optimizer):
+    if dist.is_initialized() and dist.get_rank() != 0:
+        return  # one copy of each checkpoint: rank 0 writes it
+    state = {"epoch": epoch, "model": (model.module if isinstance(model, DDP) else model), "optimizer": optimizer}
+    torch.save(state, "checkpoint.pth.tar")
+''',
+            handed=(("model", "save_checkpoint", "model"),),
+        ),
+        Example(
+            id="optimizer-state",
+            before='''import torch
+
+
+def save(optimizer, path):
+    torch.save(optimizer.state_dict(), path)
+''',
+            after='''import torch
+import torch.distributed as dist
+
+
+def save(optimizer, path):
+    if dist.is_initialized() and dist.get_rank() != 0:
+        return  # one copy of each checkpoint: rank 0 writes it
+    torch.save(optimizer.state_dict(), path)
+''',
+            fires=False,
+        ),
+    ),
+)
+
+MODULE_MODEL_API = Rule(
+    code="DDP034",
+    name="module-model-api",
+    summary="a module the training script imports reaches the model's own methods and submodules through `.module`",
+    what="""
+In project mode, a module that a migrated training script imports uses what the user's model
+class defines on the model it is handed (`self.model.encoder`, `model.configure_optimizers(cfg)`,
+`self.model.get_1x_lr_params()`): it goes through `.module` when the model is wrapped in DDP. The
+model is the one the script hands over, followed as for DDP033, whatever the module calls it.""",
+    why="""
+DistributedDataParallel forwards the forward pass and nn.Module's own API (parameters,
+state_dict, train/eval, to), not the attributes of the class it wraps: `ddp.encoder` raises
+AttributeError the first time the trainer runs on the migrated script.""",
+    fix="`(model.module if isinstance(model, DDP) else model).encoder`.",
+    fix_safety="""
+Safe: a model that is not wrapped is used as before. Left alone in a module that spells
+`.module.` itself (written for DataParallel, which has the same limits) and for a script whose
+model was wrapped in DataParallel for good.""",
+    requires=('DDP003',),
+    fixable=True,
+    examples=(
+        Example(
+            id="trainer-asks-the-model",
+            before='''import torch
+
+
+class Trainer:
+    def __init__(self, model, config):
+        self.model = model
+        self.optimizer = self.model.configure_optimizers(config)
+''',
+            after='''import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Trainer:
+    def __init__(self, model, config):
+        self.model = model
+        self.optimizer = (self.model.module if isinstance(self.model, DDP) else self.model).configure_optimizers(config)
+''',
+            handed=(("model", "Trainer", "self.model"),),
+        ),
+        Example(
+            id="named-like-the-model",
+            before='''import torch
+
+
+class Trainer:
+    def __init__(self, model, model_dir):
+        self.model = model
+        self.model_dir = model_dir
+
+    def checkpoint_path(self, epoch):
+        return self.model_dir.joinpath(f"epoch{epoch}.pt")
+''',
+            handed=(("model", "Trainer", "self.model"),),
+            fires=False,
+        ),
+        Example(
+            id="module-api-is-forwarded",
+            before='''import torch
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+''',
+            fires=False,
+        ),
+    ),
+)
+
+# What a DDP wrapper answers itself: nn.Module's API (and DDP's). Anything else a module asks of
+# the model it was handed (`model.configure_optimizers`, `model.encoder`) is the user's class's.
+MODULE_API = frozenset({
+    "module", "no_sync", "training", "train", "eval", "forward", "parameters", "named_parameters", "buffers",
+    "named_buffers", "children", "named_children", "modules", "named_modules", "state_dict", "load_state_dict",
+    "zero_grad", "to", "cuda", "cpu", "half", "float", "double", "bfloat16", "type", "apply", "requires_grad_",
+    "register_buffer", "register_parameter", "register_forward_hook", "register_forward_pre_hook",
+    "register_full_backward_hook", "register_backward_hook", "add_module", "get_submodule", "get_parameter",
+    "share_memory", "extra_repr", "device_ids", "output_device",
+})
 
 # What every rank must do, so a function that does it is never skipped by the other ranks: train,
 # load, or meet the others in a collective.
@@ -30,7 +352,7 @@ _RETURNS_ITSELF = frozenset({"cpu", "cuda", "to", "float", "half", "double", "bf
 def _bindings(function: cst.FunctionDef, name: str) -> Iterator[Tuple[cst.BaseExpression, bool]]:
     """What `function` puts in the local `name`: (v, False) for `name = v` and `name.update(v)`,
     (v, True) for an item of it, `name[k] = v`."""
-    for node in walk(function.body):
+    for node in descendants(function.body, cst.CSTNode):
         if isinstance(node, cst.Assign):
             for target in node.targets:
                 bound = target.target
@@ -57,7 +379,7 @@ def _bound_in(function: cst.FunctionDef, name: str) -> bool:
     return name in parameter_names(function) or any(True for _ in _bindings(function, name))
 
 
-class Checkpoints(Planner):
+class Checkpoints(ModulePlanner):
     """DDP032, DDP033, DDP034: what the module saves and asks of the script's model."""
 
     # DDP032
@@ -109,7 +431,7 @@ class Checkpoints(Planner):
         its calls, migrator.graph.values), itself or through a local of the function it is built in
         (`state = {...}`, `save_dict["model"] = ...`). Anything else (a parameter no caller is known
         to fill, a tensor, a dataset) is reported, not guarded."""
-        for node in walk(value):
+        for node in descendants(value, cst.CSTNode):
             if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict":
                 return True
             spelled = dotted_name(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
@@ -133,7 +455,7 @@ class Checkpoints(Planner):
         return self.writers[function]
 
     def _writes_only(self, function: cst.FunctionDef) -> bool:
-        for node in walk(function.body):
+        for node in descendants(function.body, cst.CSTNode):
             if isinstance(node, cst.Return) and node.value is not None:
                 return False
             if isinstance(node, (cst.Global, cst.Nonlocal, cst.Yield, cst.FunctionDef, cst.Lambda)):
@@ -245,8 +567,8 @@ class Checkpoints(Planner):
         function = self._enclosing(call, cst.FunctionDef)
         if function is None or not isinstance(receiver, cst.Name):
             return False
-        for node in walk(function.body):
-            if (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
+        for node in descendants(function.body, cst.Assign):
+            if (len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
                     and node.targets[0].target.value == receiver.value and isinstance(node.value, cst.Call)
                     and dotted_name(node.value.func) == "getattr" and len(node.value.args) >= 2
                     and dotted_name(node.value.args[0].value) == "self"
@@ -308,3 +630,21 @@ class Checkpoints(Planner):
         self.names.need(self.plan, ddp=True)
         self._change(MODULE_MODEL_API.code, first, f"`{call.func.value}({receiver})` asks about the model's class, not DDP's")
 
+
+def path_used_after(call: cst.Call, statement: cst.SimpleStatementLine, function: cst.FunctionDef) -> Optional[str]:
+    """The saved file's variable, when the function uses it again after the save (to copy it)."""
+    if len(call.args) < 2 or not isinstance(call.args[1].value, cst.Name):
+        return None
+    path = call.args[1].value.value
+    seen = False
+    for node in descendants(function.body, cst.CSTNode):
+        if node is statement:
+            seen = True
+            continue
+        if seen and isinstance(node, cst.Name) and node.value == path and not _inside(node, statement):
+            return path
+    return None
+
+
+def _inside(node: cst.CSTNode, container: cst.CSTNode) -> bool:
+    return any(n is node for n in descendants(container, type(node)))

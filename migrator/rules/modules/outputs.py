@@ -7,13 +7,167 @@ from typing import Optional, Set
 import libcst as cst
 
 from migrator.graph.bindings import dotted_name
-from migrator.tree import on_rank_zero_only, with_keyword
-from migrator.project.rules import MODULE_RANK_ZERO_OUTPUT, MODULE_SHARED_FOLDERS
-from migrator.project.shapes import is_false, is_true, source_of, walk
-from migrator.project.planner import ENV_NOT_RANK_ZERO, ENV_RANK_ZERO, Planner
+from migrator.rule import Example, Rule
+from migrator.rules.modules.base import ENV_NOT_RANK_ZERO, ENV_RANK_ZERO, ModulePlanner, is_false, is_true, source_of
+from migrator.tree import descendants, on_rank_zero_only, with_keyword
+
+MODULE_RANK_ZERO_OUTPUT = Rule(
+    code="DDP035",
+    name="module-rank-zero-output",
+    summary="prints and progress bars in a module the training script imports show on rank 0 only",
+    what="""
+In project mode, in the functions and methods of a module that a migrated training script
+imports: a `print(...)` statement runs under `if int(os.environ.get("RANK", 0)) == 0:`, and a tqdm
+progress bar without `disable=` gets `disable=int(os.environ.get("RANK", 0)) != 0`, and a
+`wandb.init(...)` gets `mode=None if int(os.environ.get("RANK", 0)) == 0 else "disabled"` (rank 0
+keeps the mode it had; the other ranks' run is disabled, and logging to it does nothing). torchrun's
+RANK decides, not the process group, since such code often runs before the script sets it up (a
+config parser, a data set). Code already under a rank check, and the module's own
+`if __name__ == "__main__":` block, are left alone.""",
+    why="""
+The script's training calls these functions on every rank: an evaluation helper's progress bar,
+a visualizer's loss printer or a data set's "loaded N images" appear once per process, the bars
+of several ranks overwrite each other, and the log is N times as long.""",
+    fix="The rank check on torchrun's RANK: a caller run as a plain process (no RANK) prints as before.",
+    fix_safety="""
+Safe: only what is shown changes. A print that reports a failure on one rank is shown by rank 0
+only; exceptions still reach every rank's traceback.""",
+    requires=('DDP001',),
+    fixable=True,
+    examples=(
+        Example(
+            id="evaluation-helper",
+            before='''import torch
+from tqdm import tqdm
 
 
-class Outputs(Planner):
+def evaluate(net, loader):
+    net.eval()
+    correct = 0
+    for x, y in tqdm(loader, desc="Validation", leave=False):
+        correct += (net(x).argmax(1) == y).sum().item()
+    print(f"accuracy {correct / len(loader.dataset):.3f}")
+    net.train()
+    return correct
+''',
+            after='''import torch
+from tqdm import tqdm
+import os
+
+
+def evaluate(net, loader):
+    net.eval()
+    correct = 0
+    for x, y in tqdm(loader, desc="Validation", leave=False, disable=int(os.environ.get("RANK", 0)) != 0):
+        correct += (net(x).argmax(1) == y).sum().item()
+    if int(os.environ.get("RANK", 0)) == 0:
+        print(f"accuracy {correct / len(loader.dataset):.3f}")
+    net.train()
+    return correct
+''',
+        ),
+        Example(
+            id="experiment-run-of-a-trainer",
+            before='''import wandb
+
+
+class Trainer:
+    def __init__(self, model, config):
+        self.model = model
+        self.run = wandb.init(project="demo", config=config, mode=config.get("wandb_mode"))
+
+    def log(self, step, loss):
+        self.run.log({"loss": loss}, step=step)
+''',
+            after='''import wandb
+import os
+
+
+class Trainer:
+    def __init__(self, model, config):
+        self.model = model
+        self.run = wandb.init(project="demo", config=config, mode=config.get("wandb_mode") if int(os.environ.get("RANK", 0)) == 0 else "disabled")
+
+    def log(self, step, loss):
+        self.run.log({"loss": loss}, step=step)
+''',
+        ),
+        Example(
+            id="already-rank-checked",
+            before='''def report(loss, rank):
+    if rank == 0:
+        print(f"loss {loss:.4f}")
+
+
+if __name__ == "__main__":
+    print("a demo")
+''',
+            fires=False,
+        ),
+    ),
+)
+
+MODULE_SHARED_FOLDERS = Rule(
+    code="DDP036",
+    name="module-shared-folders",
+    summary="folders created in a module the training script imports tolerate the other ranks' copy under torchrun",
+    what="""
+In project mode, in a module that a migrated training script imports, `Path.mkdir(...)` and
+`os.makedirs(...)` that raise when the folder exists (no `exist_ok`, `exist_ok=False`, or an
+expression: a config object naming each run's folder by the time) get
+`exist_ok=... or "RANK" in os.environ`. `os.mkdir(path)` becomes `os.makedirs(path, exist_ok=...)`
+the same way. Run as a plain process (no `RANK` from torchrun), the refusal of an existing folder
+stays as it was.""",
+    why="""
+Such a module often runs before the process group exists (a config parser built from the command
+line, naming `saved/models/<name>/<run id>`): every rank creates the same run folder at once, and
+all but the first die with FileExistsError before training starts.""",
+    fix='`exist_ok=<as before> or "RANK" in os.environ`.',
+    fix_safety="""
+Under torchrun a folder left by an earlier run with the same name is reused instead of refused
+(the ranks cannot tell it from one another rank just made); as a plain process nothing changes.""",
+    requires=('DDP001',),
+    fixable=True,
+    examples=(
+        Example(
+            id="config-run-folder",
+            before='''from datetime import datetime
+from pathlib import Path
+
+
+class ConfigParser:
+    def __init__(self, config, run_id=None):
+        run_id = run_id or datetime.now().strftime(r"%m%d_%H%M%S")
+        self.save_dir = Path(config["save_dir"]) / "models" / run_id
+        self.save_dir.mkdir(parents=True, exist_ok=run_id == "")
+''',
+            after='''from datetime import datetime
+from pathlib import Path
+import os
+
+
+class ConfigParser:
+    def __init__(self, config, run_id=None):
+        run_id = run_id or datetime.now().strftime(r"%m%d_%H%M%S")
+        self.save_dir = Path(config["save_dir"]) / "models" / run_id
+        self.save_dir.mkdir(parents=True, exist_ok=run_id == "" or "RANK" in os.environ)
+''',
+        ),
+        Example(
+            id="already-exist-ok",
+            before='''import os
+
+
+def prepare(out):
+    os.makedirs(out, exist_ok=True)
+''',
+            fires=False,
+        ),
+    ),
+)
+
+
+class Outputs(ModulePlanner):
     """DDP035, DDP036: what every rank would show or create."""
 
     # DDP035
@@ -72,9 +226,9 @@ class Outputs(Planner):
             if written is None or dotted_name(written.func) not in (f"{handle}.write", "print"):
                 return None
         function = self._enclosing(block, cst.FunctionDef)
-        inside = set(walk(block))
-        if made and (function is None or any(isinstance(n, cst.Name) and n.value in made and n not in inside
-                                             for n in walk(function.body))):
+        inside = set(descendants(block, cst.Name))
+        if made and (function is None or any(n.value in made and n not in inside
+                                             for n in descendants(function.body, cst.Name))):
             return None  # read after the `with`: every rank needs it
         return block
 
@@ -112,4 +266,3 @@ class Outputs(Planner):
         self.plan.replace(call, rewrite)
         self.plan.need_import("os")
         self._change(MODULE_SHARED_FOLDERS.code, call, "folder created with exist_ok under torchrun (every rank creates it)")
-

@@ -5,15 +5,144 @@ from __future__ import annotations
 import libcst as cst
 
 from migrator.graph.bindings import dotted_name
-from migrator.project.rules import MODULE_SAMPLER
-from migrator.project.shapes import (
-    SAMPLER_KEYWORDS, assigned_target, bound_names, is_false, is_plain_reference, is_true, short,
-    shuffles_or_samples, source_of, with_sampler,
+from migrator.rule import Example, Rule
+from migrator.tree import descendants
+from migrator.rules.modules.base import (
+    ModulePlanner, assigned_target, calls_in, is_false, is_plain_reference, is_true, short, source_of,
 )
-from migrator.project.planner import Planner, walk_calls
+
+_LOADERS_BEFORE = '''from torch.utils.data import DataLoader
 
 
-class Samplers(Planner):
+def make_data_loader(args, train_set, val_set):
+    train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True)
+    val_loader = DataLoader(val_set, batch_size=args.batch_size, shuffle=False)
+    return train_loader, val_loader
+'''
+
+MODULE_SAMPLER = Rule(
+    code="DDP030",
+    name="module-distributed-sampler",
+    summary="a shuffled DataLoader built in a module the training script imports gets a DistributedSampler",
+    what="""
+In project mode, a module that a migrated training script imports builds a shuffled DataLoader
+(`DataLoader(ds, shuffle=True)`, or `super().__init__(...)` in a DataLoader subclass). A
+DistributedSampler is created beside it when a process group is set up, and the loader reads it.""",
+    why="""
+Without a sampler every process trains on the whole data set in its own random order: N times
+the work per epoch, and not the data parallelism DDP is for. The module may have other callers
+(an evaluation script) that never set up a process group: for them nothing changes.""",
+    fix="""
+`sampler = DistributedSampler(ds, shuffle=True) if dist.is_initialized() else None` before the
+loader, and `shuffle=sampler is None, sampler=sampler` in it (`shuffle=<flag> and sampler is None`
+when shuffling is a parameter or a test such as `mode == "train"`: the sampler is only made when
+it is true). Loaders read in order (evaluation) stay whole.""",
+    fix_safety="""
+Safe: the sampler only exists under a process group. A data set given as an expression (it would
+be built twice), a shuffle that calls something (it would run twice) or a positional sampler
+argument is reported (DDP140).""",
+    requires=('DDP001',),
+    fixable=True,
+    examples=(
+        Example(
+            id="shuffled-in-training-mode",
+            before='''from torch.utils import data
+
+
+def get_loader(dataset, batch_size, mode="train"):
+    loader = data.DataLoader(dataset=dataset, batch_size=batch_size, shuffle=(mode == "train"))
+    return loader
+''',
+            after='''from torch.utils import data
+import torch.distributed as dist
+from torch.utils.data.distributed import DistributedSampler
+
+
+def get_loader(dataset, batch_size, mode="train"):
+    sampler = DistributedSampler(dataset, shuffle=True) if (mode == "train") and dist.is_initialized() else None
+    loader = data.DataLoader(dataset=dataset, batch_size=batch_size, shuffle=(mode == "train") and sampler is None, sampler=sampler)
+    return loader
+''',
+        ),
+        Example(
+            id="sampler-chosen-at-run-time",
+            before='''from torch.utils.data import DataLoader
+
+
+class BaseDataLoader(DataLoader):
+    def __init__(self, dataset, batch_size, shuffle, sampler=None):
+        self.sampler = sampler
+        self.init_kwargs = {"dataset": dataset, "batch_size": batch_size, "shuffle": shuffle}
+        super().__init__(sampler=self.sampler, **self.init_kwargs)
+''',
+            after='''from torch.utils.data import DataLoader
+import torch.distributed as dist
+from torch.utils.data.distributed import DistributedSampler
+
+
+class BaseDataLoader(DataLoader):
+    def __init__(self, dataset, batch_size, shuffle, sampler=None):
+        self.sampler = sampler
+        self.init_kwargs = {"dataset": dataset, "batch_size": batch_size, "shuffle": shuffle}
+        dist_sampler = self.sampler
+        if dist_sampler is None and dist.is_initialized() and self.init_kwargs.get("shuffle"):  # shuffled, no sampler of its own
+            dist_sampler = DistributedSampler(self.init_kwargs["dataset"], shuffle=True)  # this rank's shard
+        super().__init__(sampler=dist_sampler, **(dict(self.init_kwargs, shuffle=False) if dist_sampler is not self.sampler else self.init_kwargs))
+''',
+            diagnostics=("DDP140",),
+        ),
+        Example(
+            id="loader-helper",
+            before=_LOADERS_BEFORE,
+            after='''from torch.utils.data import DataLoader
+import torch.distributed as dist
+from torch.utils.data.distributed import DistributedSampler
+
+
+def make_data_loader(args, train_set, val_set):
+    train_sampler = DistributedSampler(train_set, shuffle=True) if dist.is_initialized() else None
+    train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=train_sampler is None, sampler=train_sampler)
+    val_loader = DataLoader(val_set, batch_size=args.batch_size, shuffle=False)
+    return train_loader, val_loader
+''',
+        ),
+        Example(
+            id="dataloader-subclass",
+            before='''from torch.utils.data import DataLoader
+
+
+class BaseDataLoader(DataLoader):
+    def __init__(self, dataset, batch_size, shuffle):
+        super().__init__(dataset, batch_size=batch_size, shuffle=shuffle)
+''',
+            after='''from torch.utils.data import DataLoader
+import torch.distributed as dist
+from torch.utils.data.distributed import DistributedSampler
+
+
+class BaseDataLoader(DataLoader):
+    def __init__(self, dataset, batch_size, shuffle):
+        sampler = DistributedSampler(dataset, shuffle=True) if shuffle and dist.is_initialized() else None
+        super().__init__(dataset, batch_size=batch_size, shuffle=shuffle and sampler is None, sampler=sampler)
+''',
+        ),
+        Example(
+            id="loader-with-its-own-sampler",
+            before='''from torch.utils.data import DataLoader, WeightedRandomSampler
+
+
+def train_loader(ds, weights):
+    return DataLoader(ds, batch_size=8, sampler=WeightedRandomSampler(weights, len(ds)))
+''',
+            fires=False,
+        ),
+    ),
+)
+
+SAMPLER_KEYWORDS = ("sampler", "batch_sampler")
+
+
+class Samplers(ModulePlanner):
     """DDP030: the module's shuffled DataLoaders."""
 
     def _sampler(self, call: cst.Call) -> None:
@@ -44,7 +173,7 @@ class Samplers(Planner):
             why = "it passes the sampler's place positionally"
         elif dataset is None or not is_plain_reference(dataset):
             why = "its data set is not a name (it would be built twice)"
-        elif not is_true(shuffle.value) and not is_plain_reference(shuffle.value) and any(True for _ in walk_calls(shuffle.value)):
+        elif not is_true(shuffle.value) and not is_plain_reference(shuffle.value) and any(True for _ in calls_in(shuffle.value)):
             why = "its shuffle argument calls something (it would run twice)"
         elif statement is None:
             why = "it is built inside an expression with no statement of its own"
@@ -151,6 +280,12 @@ class Samplers(Planner):
             value=cst.parse_expression(f"max(1, {source_of(updated.value)} // {world}) if {sampler} is not None else {source_of(updated.value)}")))
         return f"; batch size {size} kept as the global batch ({self.role.batch_why})"
 
+    def _names_in(self, function) -> set:
+        """The names a function mentions (its own, and those it reads); at module level, its bindings."""
+        if function is None:
+            return set(self.c.local_names(self.module))
+        return {n.value for n in descendants(function, cst.Name)}
+
     def _is_dataloader(self, call: cst.Call) -> bool:
         dotted = dotted_name(call.func) or ""
         return dotted in self.names.dataloaders or (dotted.endswith(".DataLoader") and dotted.split(".")[0] in self.names.torch_like)
@@ -174,7 +309,7 @@ class Samplers(Planner):
             last = target.split(".")[-1]
             stem = last[: -len("loader")] if last.lower().endswith("loader") else ""
             stem = stem if stem.endswith("_") or not stem else stem + "_"
-        taken = bound_names(self._enclosing(call, cst.FunctionDef) or self.module)
+        taken = self._names_in(self._enclosing(call, cst.FunctionDef))
         for candidate in (f"{stem}sampler", "dist_sampler", "distributed_sampler"):
             if candidate not in taken:
                 return candidate
@@ -185,3 +320,34 @@ def _operand(node: cst.BaseExpression) -> str:
     """`node`'s code, in parentheses when it needs them as the left side of an `and`."""
     text = source_of(node)
     return text if is_plain_reference(node) or getattr(node, "lpar", ()) else f"({text})"
+
+
+def with_sampler(shuffle: cst.Arg, new_shuffle: str, name: str):
+    def replace(updated: cst.Call) -> cst.Call:
+        args = list(updated.args)
+        index = next(i for i, arg in enumerate(args) if arg.deep_equals(shuffle))
+        args[index] = args[index].with_changes(value=cst.parse_expression(new_shuffle))
+        sampler = cst.Arg(value=cst.Name(name), keyword=cst.Name("sampler"),
+                          equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+        stars = [i for i, arg in enumerate(args) if arg.star == "**"]
+        at = stars[0] if stars else len(args)
+        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        last_comma = args[-1].comma if args else cst.MaybeSentinel.DEFAULT
+        if at == len(args) and isinstance(last_comma, cst.Comma) and len(args) > 1:
+            # One argument per line with a trailing comma: the new one gets a line of its own, like them.
+            args[-1] = args[-1].with_changes(comma=args[-2].comma)
+            args.append(sampler.with_changes(comma=last_comma))
+        elif at == len(args):  # after the last argument: it gets the comma, the new one keeps its (none)
+            args[-1] = args[-1].with_changes(comma=comma)
+            args.append(sampler)
+        else:
+            args.insert(at, sampler.with_changes(comma=comma))
+        return updated.with_changes(args=args)
+
+    return replace
+
+
+def shuffles_or_samples(node: cst.BaseExpression) -> bool:
+    """A random or weighted sampler, not a sequential one (evaluation order) or a None."""
+    text = source_of(node)
+    return not is_false(node) and "Sequential" not in text
