@@ -206,7 +206,7 @@ class _Analysis:
 
     def flow_facts(self, models: Tuple[ModelFact, ...], entry: Optional[EntryPoint]) -> dict:
         entry_function = entry.scope if entry is not None and entry.kind == "function" else None
-        flow = Flow(self, {m_.expr for m_ in models}, entry_function, entry.scope if entry is not None else None,
+        flow = Flow(self, models, entry_function, entry.scope if entry is not None else None,
                     set_up_by_caller=entry is not None and entry.kind == "caller",
                     trained_through=self.context.trains_through if self.context is not None else frozenset())
         loaders = flow.loaders()

@@ -8,12 +8,13 @@ a `backward()` or an optimizer `step()`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Protocol, Set, Tuple
+from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Protocol, Tuple
 
 import libcst as cst
 
 from migrator import names as N
 from migrator.graph.bindings import ScopeOwner, dotted_name
+from migrator.graph.flow import MODEL
 
 Statement = cst.BaseStatement
 
@@ -120,7 +121,7 @@ class FlowBase:
     def __init__(
         self,
         a: Navigation,
-        model_exprs: Set[str],
+        models: Tuple[Any, ...],
         entry_function: Optional[cst.CSTNode],
         entry_scope: Optional[cst.CSTNode] = None,
         set_up_by_caller: bool = False,
@@ -128,7 +129,8 @@ class FlowBase:
     ) -> None:
         self.a = a
         self.c = a.c
-        self.model_exprs = model_exprs
+        self.models = models  # the analysis' ModelFacts
+        self._any_model: Optional[Any] = None
         self.entry_function = entry_function
         self.entry_scope = entry_scope  # where the setup goes: the entry function, or the module
         # A module whose caller sets up the process group (analysis.facts.EntryPoint "caller"):
@@ -144,6 +146,25 @@ class FlowBase:
         self._wrapping: Optional[Dict[str, List[Tuple[str, cst.SimpleStatementLine]]]] = None
         self.values = a.values  # the file's value flow (migrator.graph.flow), built once
         self._wrapped: Dict[int, Any] = {}  # id(model) -> its Value once wrapped (dataflow.models)
+
+    def is_model(self, node: cst.CSTNode) -> bool:
+        """May `node` be one of the trained models (wrapped or not), whatever it is called there?
+        (The value flow from the models' bindings: migrator.graph.flow.)"""
+        if self._any_model is None:
+            seeds = [b for model in self.models for b in self.model_bindings(model)]
+            self._any_model = self.values.follow(seeds, MODEL, every=False)
+        return self._any_model.holds(node)
+
+    def model_bindings(self, model: Model):
+        """The bindings of the model where it is wrapped, or built (`self.model`: the class's)."""
+        where = model.wrap_after if model.wrap_after is not None else getattr(model, "definition", None)
+        scope = self.a.scope_of(where) if where is not None else self.a.module
+        if model.expr.startswith("self."):
+            cls = self.a.enclosing_class(where) if where is not None else None
+            return list(self.c.bindings.get(cls, {}).get(model.expr, ())) if cls is not None else []
+        if "." in model.expr:
+            return []
+        return list(self.c.visible(model.expr, scope))
 
     # -- small helpers -------------------------------------------------------------------
     def bound_params(self, fn: cst.FunctionDef) -> List[str]:

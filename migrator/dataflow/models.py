@@ -33,16 +33,6 @@ class ModelFlow(FlowBase):
             self._wrapped[id(model)] = found
         return found
 
-    def model_bindings(self, model: Model):
-        """The bindings of the model where it is wrapped (`self.model`: the class's)."""
-        scope = self.a.scope_of(model.wrap_after)
-        if model.expr.startswith("self."):
-            cls = self.a.enclosing_class(model.wrap_after)
-            return list(self.c.bindings.get(cls, {}).get(model.expr, ())) if cls is not None else []
-        if "." in model.expr:
-            return []
-        return list(self.c.visible(model.expr, scope))
-
     def model_uses(self, model: Model) -> Tuple[ModelUse, ...]:
         """Attribute accesses on `model` made when it is already wrapped."""
         value = self.wrapped(model)

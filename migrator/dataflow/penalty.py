@@ -67,7 +67,7 @@ class PenaltyFlow(FlowBase):
         for node in descendants(value, (cst.Call, cst.Name, cst.Attribute)):
             if any(node is g or self.a.is_inside(node, g) for g in gradients):
                 continue
-            if isinstance(node, cst.Call) and code_of(node.func) in self.model_exprs:
+            if isinstance(node, cst.Call) and self.is_model(node.func):
                 made.add(_FORWARD)
             elif isinstance(node, (cst.Name, cst.Attribute)):
                 made |= sources.get(code_of(node), frozenset())

@@ -101,7 +101,7 @@ class SaveFlow(FlowBase):
         """
         for call in descendants(node, cst.Call):
             func = call.func
-            if code_of(func) in self.model_exprs or self.c.resolve(func) in N.COLLECTIVES:
+            if self.is_model(func) or self.c.resolve(func) in N.COLLECTIVES:
                 return True
             if code_of(func).split(".")[0] in self.trained_through:
                 return True  # `print(Solver(loader).train())`: the DDP models are built and trained in there
@@ -109,7 +109,7 @@ class SaveFlow(FlowBase):
             if target is not None and depth < 3 and self.runs_shared_code(target.body, depth + 1):
                 return True
             if target is None and call is not saving and not _builtin(func) and not self._library_call(func) and any(
-                    code_of(arg.value) in self.model_exprs for arg in call.args):
+                    self.is_model(arg.value) for arg in call.args):
                 return True  # `print(validation(model, loader))`: a function we cannot see runs the model
         return False
 
