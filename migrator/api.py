@@ -138,7 +138,7 @@ class _Planned:
         # `models`: how the script spells the models it wraps, for project mode to follow into its modules.
         known = dict(launch_args=facts.required_arguments if trains else None,
                      distributed=facts.already_distributed and not test_module,
-                     models=tuple(m.expr for m in facts.models if not m.already_ddp and m.wrap_after is not None))
+                     models=tuple((m.expr, _where(facts, m)) for m in facts.models if not m.already_ddp and m.wrap_after is not None))
         plan.changes += [Change(ASYNC_KEYWORD.code, line, col + 1, "async= renamed non_blocking= (PyTorch 0.4)") for line, col in self.renamed]
         documented = _documented_launches(source, options, scope)
         plan.changes += [Change(LAUNCH_IN_PYTHON.code, line, col + 1, "launch command in a comment rewritten for torchrun") for line, col, _, _ in documented]
@@ -157,6 +157,26 @@ class _Planned:
             code = launch_comments.apply(code, launch_comments.rewrites(code))
         check_parses(code)
         return Result(code=code, changes=changes, diagnostics=diagnostics, original=source, **known)
+
+
+def _where(facts: ScriptFacts, model) -> str:
+    """Where a model is wrapped, as project mode names scopes (migrator.project.values): its
+    top-level function (`main`), `Class.method`, the class for `self.x`, or `<module>`."""
+    scope = facts.owner_of(model.wrap_after)
+    named = [n for n in (scope, *_ancestors(facts, scope)) if isinstance(n, (cst.FunctionDef, cst.ClassDef))]
+    named.reverse()
+    if not named:
+        return "<module>"
+    if isinstance(named[0], cst.ClassDef):
+        return named[0].name.value if model.expr.startswith("self.") or len(named) == 1 else f"{named[0].name.value}.{named[1].name.value}"
+    return named[0].name.value
+
+
+def _ancestors(facts: ScriptFacts, node):
+    current = facts.parents.get(node)
+    while current is not None:
+        yield current
+        current = facts.parents.get(current)
 
 
 def _library_hint(source: str, facts, diagnostics, options: Options, parsed, context: Optional[FileContext] = None) -> tuple:

@@ -481,7 +481,7 @@ class Migrated(NamedTuple):
     python: bool = False  # a Python source (project mode plans those), as _read judged it
     notice: bool = False  # the skip is shown without -v too (a file above the size limit)
     distributed: bool = False  # a script set up for several processes already (Result.distributed)
-    models: Tuple[str, ...] = ()  # the models it wraps, as it spells them (Result.models)
+    models: Tuple[Tuple[str, str], ...] = ()  # the models it wraps, and where (Result.models)
 
 
 class _Job(NamedTuple):

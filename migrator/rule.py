@@ -33,7 +33,7 @@ class Example:
     # Project mode's examples (a module a training script imports): where the script's model, loader
     # epoch or checkpoint state ("model", "epoch", "state") is read in the module, as project mode
     # follows it from the script's calls: (("model", "Trainer", "self.model"),) is "the script calls
-    # Trainer(model, ...), kept as self.model" (migrator.graph.values).
+    # Trainer(model, ...), kept as self.model" (migrator.project.values).
     handed: Tuple[Tuple[str, str, str], ...] = ()
 
     @property

@@ -44,8 +44,9 @@ class Result:
     # Set up for several processes already (its own process group, DDP, a framework): a script
     # that runs under torchrun as it is, and the caller of the project modules it imports.
     distributed: bool = False
-    # How a training script spells the models it wraps (project mode follows them into its modules).
-    models: Tuple[str, ...] = ()
+    # The models a training script wraps: (how it spells each, the scope it is wrapped in: `main`,
+    # `Trainer` for `self.model`, `<module>`); project mode follows them into its modules.
+    models: Tuple[Tuple[str, str], ...] = ()
     # Sentences about the run on this file that are no finding (a suppressed fix that others need).
     notes: Tuple[str, ...] = ()
 

@@ -1,4 +1,4 @@
-"""Where a training script's model goes in its project's modules (migrator.graph.values): followed
+"""Where a training script's model goes in its project's modules (migrator.project.values): followed
 from the script's calls over parameters, `self.x`, locals, calls and base classes, never by name."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from migrator.context import ProjectModules, package_of
 from migrator.graph.modules import INDEX, ModuleSummary
-from migrator.graph.values import handed_values
+from migrator.project.values import Family, handed_values
 
 
 def _tree(root: Path, files: dict) -> None:
@@ -106,6 +106,7 @@ def test_a_method_of_an_instance_and_an_inherited_init(tmp_path):
     found = _handed(tmp_path, {
         "train.py": """
             from lib import Runner, save_checkpoint
+            model = Net()
             runner = Runner()
             runner.fit(model, loader)
             save_checkpoint(model=model, epoch=3)
@@ -207,7 +208,7 @@ def test_a_base_class_loop_reaches_the_subclass_override(tmp_path):
     _tree(tmp_path, files)
     INDEX.clear()
     summaries = [ModuleSummary(str((tmp_path / name).resolve()), (tmp_path / name).read_text(), None) for name in files]
-    family = [(s, node) for s in summaries for node in s.tree.body if node.__class__.__name__ == "ClassDef"]
+    family = [Family(s.path, node.name) for s in summaries for node in s.tree.body if node.__class__.__name__ == "ClassDef"]
     found = _values(tmp_path, files, "base.py", family)
     assert found == {"base.py": {"BaseTrainer._train_epoch": {"epoch"}}, "trainer.py": {"Trainer._train_epoch": {"n"}}}
     assert _values(tmp_path, files, "base.py") == {"base.py": {"BaseTrainer._train_epoch": {"epoch"}}}  # no family, no override

@@ -19,7 +19,7 @@ import fixture_cases
 from migrator.cli import cli
 from migrator.project.graph import ProjectGraph, import_lines
 from migrator.project.plan import ProjectFile, plan_project
-from migrator.graph.values import Receivers
+from migrator.rules.modules.base import Receivers
 
 CASES = fixture_cases.discover_projects()
 IDS = [case.name for case in CASES]
@@ -474,7 +474,7 @@ def test_a_bug_in_a_module_planner_is_reported_not_skipped(tmp_path, monkeypatch
 def test_a_suppression_comment_in_a_module_is_honoured():
     from migrator.project import ModuleRole, migrate_module
 
-    from migrator.graph.values import Receivers
+    from migrator.rules.modules.base import Receivers
 
     source = _SAVER.replace('f"epoch{epoch}.pt")', 'f"epoch{epoch}.pt")  # ddp-migrate: ignore[DDP032]')
     handed = Receivers({"save_checkpoint": {"model"}})  # train.py calls save_checkpoint(model, epoch)

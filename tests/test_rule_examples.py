@@ -6,7 +6,7 @@ from migrator.context import FileContext
 from migrator.options import Options
 from migrator.launcher import EXAMPLE_KIND, LAUNCHER_RULES, migrate_launcher
 from migrator.project import ModuleRole, migrate_module
-from migrator.graph.values import Receivers
+from migrator.rules.modules.base import Receivers
 from migrator.rules.modules import RULES as PROJECT_RULES
 
 LAUNCHER_CODES = {rule.code for rule in LAUNCHER_RULES}

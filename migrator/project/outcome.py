@@ -26,7 +26,7 @@ class ProjectFile:
     changes: Tuple[Change, ...] = ()
     diagnostics: Tuple[Diagnostic, ...] = ()
     distributed: bool = False  # set up for several processes already (api's Result.distributed)
-    models: Tuple[str, ...] = ()  # the models the engine wrapped, as the script spells them (api's Result.models)
+    models: Tuple[Tuple[str, str], ...] = ()  # the models the engine wrapped, and where (api's Result.models)
 
     @property
     def codes(self) -> FrozenSet[str]:

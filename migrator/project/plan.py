@@ -27,7 +27,7 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 from migrator.context import ProjectModules, package_of
 from migrator.errors import MigrateError
 from migrator.graph.modules import ModuleSummary
-from migrator.graph.values import Handed, Receivers, handed_values
+from migrator.project.values import Family, Handed, Receivers, handed_values
 from migrator.options import Options
 from migrator.project.graph import ProjectGraph
 from migrator.project.outcome import ProjectFile, Update, plannable, relative
@@ -222,7 +222,7 @@ def _handed_inside(modules: Sequence[ProjectFile]) -> Dict[str, Handed]:
     range(...): self._train_epoch(epoch)` in a base class, run by a subclass's override, so every
     planned class is in the family a `self.` call may reach)."""
     summaries = [_summary(module) for module in modules]  # each module parsed once
-    family = [(summary, node) for summary, _ in summaries if summary.tree is not None
+    family = [Family(summary.path, node.name) for summary, _ in summaries if summary.tree is not None
               for node in summary.tree.body if isinstance(node, ast.ClassDef)]
     found: Dict[str, Handed] = {}
     for summary, roots in summaries:

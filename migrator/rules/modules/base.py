@@ -9,7 +9,7 @@ writes into, and the questions they share about where a node is.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -17,7 +17,6 @@ import libcst as cst
 from migrator import edits
 from migrator import names as N
 from migrator.graph.bindings import dotted_name
-from migrator.graph.values import Receivers
 from migrator.names import PROGRESS_BARS, TRACKER_RUNS
 from migrator.options import Options
 from migrator.tree import descendants
@@ -27,6 +26,23 @@ from migrator.types import Change, Diagnostic
 ENV_RANK_ZERO = 'int(os.environ.get("RANK", 0)) == 0'
 ENV_NOT_RANK_ZERO = 'int(os.environ.get("RANK", 0)) != 0'
 NEEDS_MIGRATION = "DDP140"  # the report of what a module needs and no rule here can change
+
+
+@dataclass
+class Receivers:
+    """One module's spellings of a handed-over value: by top-level function (`train`), by method
+    (`Trainer.fit`), by class (`self.model`, read in any of its methods), and `<module>`."""
+
+    scopes: Dict[str, Set[str]] = field(default_factory=dict)
+
+    def add(self, scope: str, spelled: str) -> None:
+        self.scopes.setdefault(scope, set()).add(spelled)
+
+    def holds(self, function: Optional[str], cls: Optional[str], spelled: str) -> bool:
+        """Is `spelled` the value in `function` (of class `cls`, when a method)?"""
+        if cls is not None:
+            return spelled in self.scopes.get(cls, ()) or bool(function) and spelled in self.scopes.get(f"{cls}.{function}", ())
+        return spelled in self.scopes.get(function or "<module>", ())
 
 
 @dataclass(frozen=True)
@@ -47,7 +63,7 @@ class ModuleRole:
     batch: str = "per-process"  # Options.batch as it applies to the scripts (rules.global_batch)
     batch_why: str = ""
     used: Optional[Tuple[str, ...]] = None  # the names the script imports from it (None: the whole module)
-    # Where the scripts' model, epoch number and checkpoint states are read here (migrator.graph.values;
+    # Where the scripts' model, epoch number and checkpoint states are read here (migrator.project.values:
     # None: no caller known).
     models: Optional[Receivers] = None
     epochs: Optional[Receivers] = None
@@ -171,7 +187,7 @@ class ModulePlanner:
 
     def _handed_over(self, node: cst.CSTNode, receiver: str) -> bool:
         """Is `receiver` the script's model where `node` is? Followed from the script's calls into
-        the project (migrator.graph.values), whatever it is called: `self.model`, `net`, `self.G`,
+        the project (migrator.project.values), whatever it is called: `self.model`, `net`, `self.G`,
         a local `model = self.model`; never a name that only looks like one (`self.model_dir`)."""
         return self._holds(self.role.models, node, receiver)
 

@@ -428,7 +428,7 @@ class Checkpoints(ModulePlanner):
 
         It is when the value carries a `state_dict()`, the script's model or a state the script
         hands over (`save_checkpoint({"state_dict": model.state_dict()}, ...)`: both followed from
-        its calls, migrator.graph.values), itself or through a local of the function it is built in
+        its calls, migrator.project.values), itself or through a local of the function it is built in
         (`state = {...}`, `save_dict["model"] = ...`). Anything else (a parameter no caller is known
         to fill, a tensor, a dataset) is reported, not guarded."""
         for node in descendants(value, cst.CSTNode):
