@@ -5,7 +5,7 @@ import bisect
 from contextlib import contextmanager
 
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Mapping, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Iterator, List, Mapping, Optional, Tuple
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
@@ -232,11 +232,6 @@ class ScriptFacts:
     cuda_calls: Tuple[CudaCall, ...]
     gpu_indexes: Tuple[GpuIndex, ...]
     helper_devices: Tuple[HelperDevice, ...]
-    functional_dataparallel: Tuple[cst.Call, ...]  # nn.parallel.data_parallel(module, input, ids)
-    download_statements: Tuple[Statement, ...]  # CIFAR10(root, download=True), download_data(root)
-    batch_scalings: Tuple[Tuple[cst.SimpleStatementLine, str], ...]  # batch_size *= torch.cuda.device_count()
-    # (statement, target, the factor kept or None): workers *= torch.cuda.device_count()
-    worker_scalings: Tuple[Tuple[cst.SimpleStatementLine, str, Optional[cst.BaseExpression]], ...]
     visible_devices: Tuple[Tuple[cst.SimpleStatementLine, str], ...]  # os.environ["CUDA_VISIBLE_DEVICES"] = ...; `os.environ` as spelled
     import_time_model: Optional[Statement]  # a model built at import time of a module with a main guard
     device_var_needed: bool  # the setup must define `device` (unguarded .cuda() with no device variable)
@@ -249,23 +244,14 @@ class ScriptFacts:
     # prints to show once whose arguments run the model on every rank: (print, the calls to run first)
     hoisted_prints: Tuple[Tuple[Statement, Tuple[cst.Call, ...]], ...]
     reads_after_write: Tuple[Statement, ...]  # loads of a checkpoint written earlier: barrier first
-    progress_bars: Tuple[cst.Call, ...]  # tqdm(...) without disable=
-    tracker_runs: Tuple[cst.Call, ...]  # wandb.init(...) outside a rank check
     local_rank_arguments: Tuple[cst.Call, ...]  # parser.add_argument("--local_rank", ...)
     accumulation_steps: Tuple[cst.CSTNode, ...]  # optimizer steps taken every N micro-batches
-    batchnorm_layers: Tuple[cst.Call, ...]  # nn.BatchNorm*d(...) calls
-    converts_sync_batchnorm: bool  # nn.SyncBatchNorm.convert_sync_batchnorm(...) is called already
     rank_divergent: Tuple[cst.If, ...]  # `if rank == 0:` around a forward or a collective
     required_arguments: Tuple[str, ...]  # what the script's own argparse parser requires
-    launch_literals: Tuple[cst.BaseExpression, ...]  # strings / argv lists running torch.distributed.launch|run
-    legacy_launch_imports: Tuple[cst.CSTNode, ...]  # import torch.distributed.launch
     model_uses: Tuple[ModelUse, ...]  # attributes of wrapped models (state_dict, custom methods)
-    whole_model_saves: Tuple[Tuple[cst.CSTNode, ModelFact], ...]  # torch.save(model, f), {"net": net} saved, after the wrap
-    directory_creations: Tuple[Tuple[cst.Call, str], ...]  # os.makedirs(d) / os.mkdir(d) without exist_ok; how `os` is spelled
     returned_models: Tuple[Tuple[cst.Name, ModelFact], ...]  # `return ..., model` from the entry function
     bare_unwraps: Tuple[Tuple[cst.Name, ModelFact], ...]  # `model._orig_mod if c else model`: the bare `model`
     torch_loads: Tuple[Tuple[cst.Call, Optional[str]], ...]  # torch.load without map_location, device in reach
-    dataparallel_imports: Tuple[Tuple[str, str, Optional[str]], ...]  # (module, name, asname) to drop if unused
     # The raw sites of the one traversal, in source order, for rules that read the whole file
     # (rules never walk the tree themselves).
     calls: Tuple[cst.Call, ...] = ()
@@ -285,6 +271,40 @@ class ScriptFacts:
     penalty_backwards: Tuple[cst.Call, ...] = ()
     # `loss.backward(retain_graph=True)`, kept for a second backward (dataflow.penalty): DDP syncs only the first
     retained_backwards: Tuple[cst.Call, ...] = ()
+    # The graph the facts are a view of: the binding index and the resolved calls (migrator.graph.bindings,
+    # filled by analysis.collector), and the value flow (migrator.graph.flow). Rules ask them questions
+    # about the patterns they fix (calls_of, resolve, bindings); they never walk the tree.
+    index: Any = None
+    flow: Any = None  # the script's dataflow.Flow: the model's values, what runs the model, rank checks
+
+    def calls_of(self, qnames: FrozenSet[str]) -> List[cst.Call]:
+        """The calls of any of `qnames` (resolved through the file's imports), in source order."""
+        found = [call for q in qnames for call in self.index.calls_by_qname.get(q, [])]
+        return sorted(found, key=self.index.call_order.__getitem__) if len(found) > 1 else found
+
+    def resolve(self, node: cst.CSTNode) -> Optional[str]:
+        """The qualified name of a Name/Attribute chain rooted in an import (`nn.Linear` -> `torch.nn.Linear`)."""
+        return self.index.resolve(node)
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        current = self.parents.get(node)
+        while current is not None:
+            yield current
+            current = self.parents.get(current)
+
+    def statement_of(self, node: cst.CSTNode) -> Optional[Statement]:
+        for current in (node, *self.ancestors(node)):
+            if isinstance(current, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                return current  # type: ignore[return-value]
+        return None
+
+    def block_of(self, statement: cst.CSTNode) -> Optional[Block]:
+        parent = self.parents.get(statement)
+        return parent if isinstance(parent, (cst.Module, cst.IndentedBlock)) else None
+
+    def comes_after(self, node: cst.CSTNode, statement: cst.CSTNode) -> bool:
+        """Does `node` come after the whole of `statement` in the source?"""
+        return self.order.get(node, -1) > self.index.ends.get(statement, 1 << 62)
 
     def line_col(self, node: cst.CSTNode) -> Tuple[int, int]:
         """1-based line and column, as editors and linters show them."""

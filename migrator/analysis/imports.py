@@ -5,14 +5,14 @@ Plain functions taking the `_Analysis`; bound as its methods in `passes.py`.
 from __future__ import annotations
 
 import re
-from typing import List, Optional, Tuple
+from typing import List, Tuple
 
 import libcst as cst
 
 from migrator import names as N
 from migrator.analysis.facts import ImportNames
 from migrator.tree import descendants
-from migrator.analysis.helpers import _is_local_rank_argument, _raw_text, code_of
+from migrator.analysis.helpers import _is_local_rank_argument, code_of
 
 _OPTIONAL_NARGS = re.compile(r"""^['"][?*]['"]$""")  # nargs="?" / "*": the positional may be left out
 
@@ -129,31 +129,3 @@ def _is_assignment_target(self, attr: cst.Attribute) -> bool:
         if any(t is attr for t in targets):
             return True
     return False
-
-
-def launch_literals(self) -> Tuple[cst.BaseExpression, ...]:
-    """Argv lists holding the launcher module, and strings (not inside such lists) holding a launch."""
-    lists = []
-    for node in self.c.launch_strings:
-        parent = self.parent(self.parent(node))
-        if isinstance(self.parent(node), cst.Element) and isinstance(parent, (cst.List, cst.Tuple)):
-            if parent not in lists:
-                lists.append(parent)
-    strings = []
-    for node in self.c.launch_strings:
-        if isinstance(self.parent(node), cst.Element) and self.parent(self.parent(node)) in lists:
-            continue
-        while isinstance(self.parent(node), cst.ConcatenatedString):
-            node = self.parent(node)  # the whole implicit concatenation is one command
-        if " " in _raw_text(node) and node not in strings:
-            strings.append(node)
-    return tuple(lists + strings)
-
-def dataparallel_imports(self) -> Tuple[Tuple[str, str, Optional[str]], ...]:
-    """`from torch.nn import DataParallel [as DP]`: (module, name, asname), to drop once unused."""
-    found = []
-    for local, qualified in self.c.imported[self.module].items():
-        if qualified in N.DATAPARALLEL and "." not in local:
-            module, name = qualified.rsplit(".", 1)
-            found.append((module, name, local if local != name else None))
-    return tuple(found)

@@ -17,11 +17,11 @@ from migrator.dataflow.calls import CallGraph
 from migrator.graph.flow import ValueFlow
 from migrator.analysis.collector import _Collector
 from migrator.analysis.facts import EntryPoint, LazyPositions, ModelFact, ScriptFacts
-from migrator.analysis.helpers import Block, Statement, _has_map_location, code_of
+from migrator.analysis.helpers import Block, Statement, _has_map_location
 from migrator.analysis import distributed
 from migrator.analysis.spawn import spawn_facts
 from migrator.context import FileContext
-from migrator.tree import class_constructors, class_methods, descendants
+from migrator.tree import class_constructors, class_methods
 from migrator.analysis import devices as _devices, entry as _entry, imports as _imports, models as _models
 
 
@@ -154,10 +154,6 @@ class _Analysis:
             cuda_calls=cuda_calls,
             gpu_indexes=self.gpu_indexes(),
             helper_devices=helper_devices,
-            functional_dataparallel=tuple(self.calls(N.FUNCTIONAL_DATAPARALLEL)),
-            download_statements=self.download_statements(entry),
-            batch_scalings=self.batch_scalings(),
-            worker_scalings=self.worker_scalings(),
             visible_devices=self.visible_devices(),
             import_time_model=import_time_model,
             hoisted_into_guard=(guard, hoisted[1]) if hoisted is not None else None,
@@ -165,7 +161,6 @@ class _Analysis:
             device_var=device_var,
             local_rank_at_module=self.module_level_device_statement(entry),
             names=self.import_names(),
-            dataparallel_imports=self.dataparallel_imports(),
             calls=tuple(self.c.calls),
             loops=tuple(self.c.loops),
             attributes=tuple(self.c.attributes),
@@ -173,6 +168,7 @@ class _Analysis:
             import_statements=tuple(self.c.import_statements),
             functions=tuple(self.c.functions),
             spawn=spawn_facts(self),
+            index=self.c,
             trained_elsewhere=elsewhere if entry is not None and entry.kind != "caller" else (),
             **self.flow_facts(models, entry),
         )
@@ -206,7 +202,7 @@ class _Analysis:
 
     def flow_facts(self, models: Tuple[ModelFact, ...], entry: Optional[EntryPoint]) -> dict:
         entry_function = entry.scope if entry is not None and entry.kind == "function" else None
-        flow = Flow(self, models, entry_function, entry.scope if entry is not None else None,
+        flow = self.flow = Flow(self, models, entry_function, entry.scope if entry is not None else None,
                     set_up_by_caller=entry is not None and entry.kind == "caller",
                     trained_through=self.context.trains_through if self.context is not None else frozenset())
         loaders = flow.loaders()
@@ -220,175 +216,21 @@ class _Analysis:
             saves=saves,
             reads_after_write=flow.reads_after_write(saves),
             accumulation_steps=tuple(flow.accumulation_steps()),
-            batchnorm_layers=tuple(self.calls(N.BATCHNORM)),
-            converts_sync_batchnorm=any(N.attribute_name(call.func) == "convert_sync_batchnorm" for call in self.c.calls),
             rank_divergent=tuple(flow.rank_divergent()),
             local_rank_arguments=self.local_rank_arguments(),
-            launch_literals=self.launch_literals(),
             required_arguments=self.required_arguments(),
-            legacy_launch_imports=tuple(self.c.legacy_launch_imports),
-            progress_bars=tuple(
-                call for call in self.calls(N.PROGRESS_BARS)
-                if not any(arg.keyword is not None and arg.keyword.value == "disable" for arg in call.args)
-            ),
-            tracker_runs=tuple(call for call in self.calls(N.TRACKER_RUNS) if not flow.under_rank_check(call)),
             log_statements=tuple(statement for statement, shared in logged if not shared),
             hoisted_prints=flow.hoisted_prints(logged),
             penalty_backwards=flow.penalty_backwards() if wrapped else (),
             retained_backwards=flow.retained_backwards() if wrapped else (),
             model_uses=uses,
             bare_unwraps=flow.bare_unwraps(uses),
-            directory_creations=self.directory_creations(),
             returned_models=tuple((name, m_) for m_ in wrapped for name in flow.returned_models(m_)),
-            whole_model_saves=tuple(self.whole_model_saves(flow, wrapped)),
+            flow=flow,
             torch_loads=tuple(
                 (call, self.device_expr_at(call)) for call in self.calls(N.TORCH_LOAD) if not _has_map_location(call)
             ),
         )
-
-    def download_statements(self, entry: Optional[EntryPoint]) -> Tuple[Statement, ...]:
-        """Statements that download or unpack a data set, which every rank would run at once: a
-        data set built with `download=True` (torchvision's CIFAR10(..., download=True)); in a
-        function, a call that fetches or extracts (`urllib.request.urlretrieve`, `tarfile.open`,
-        `requests.get`) or a call of this file's own function that does (`download_data(root)`,
-        the call site in the entry point, not the helper's body). An `if not os.path.exists(root):`
-        around one is part of it: a rank that checks after rank 0 finished would skip the barrier."""
-        found: List[Statement] = []
-        for call in self.c.calls:
-            if any(arg.keyword is not None and arg.keyword.value == "download" and N.is_name(arg.value, "True") for arg in call.args):
-                statement = self.statement_of(call)
-                if isinstance(statement, cst.SimpleStatementLine) and statement not in found:
-                    found.append(statement)
-        if entry is None:
-            return tuple(found)
-        helpers = self.downloading_functions(entry.scope)
-        fetches = set(self.calls(N.DOWNLOADS))
-        for call in self.c.calls:
-            if call not in fetches and not (isinstance(call.func, cst.Name) and call.func.value in helpers):
-                continue
-            if self.scope_of(call) is not entry.scope:
-                continue  # a helper's own body, a method (a Dataset's __getitem__): its caller decides
-            statement = self.download_unit(call, entry.scope)
-            if statement is not None and statement not in found:
-                found.append(statement)
-        # `with requests.get(url) as r: with tarfile.open(fileobj=r.raw) as t: ...`: one download,
-        # barriered once, around the outermost statement (nested pairs would pair up wrongly).
-        chosen = set(found)
-        outermost = [s for s in found if not any(a in chosen for a in self.ancestors(s))]
-        return tuple(sorted(outermost, key=lambda node: self.c.order.get(node, 0)))
-
-    def downloading_functions(self, entry: ScopeOwner) -> Dict[str, cst.FunctionDef]:
-        """This file's module-level functions that download or unpack, also through each other
-        (the entry point aside)."""
-        functions = {f.name.value: f for f in self.module.body if isinstance(f, cst.FunctionDef) and f is not entry}
-        fetches = set(self.calls(N.DOWNLOADS))
-        found: Dict[str, cst.FunctionDef] = {}
-        changed = True
-        while changed:
-            changed = False
-            for call in self.c.calls:
-                owner = self.scope_of(call)
-                if not isinstance(owner, cst.FunctionDef) or functions.get(owner.name.value) is not owner:
-                    continue
-                if owner.name.value in found:
-                    continue
-                if call in fetches or (isinstance(call.func, cst.Name) and call.func.value in found):
-                    found[owner.name.value] = owner
-                    changed = True
-        return found
-
-    def download_unit(self, call: cst.Call, owner: ScopeOwner) -> Optional[Statement]:
-        """The statement the barriers go around: the call's own, or the outermost `if` checking the
-        file system around it. None inside a loop (a barrier per iteration is not a download)."""
-        statement = self.statement_of(call)
-        unit = statement
-        for anc in self.ancestors(call):
-            if anc is owner:
-                break
-            if isinstance(anc, (cst.For, cst.While)):
-                return None
-            if isinstance(anc, cst.If) and any(
-                N.attribute_name(c.func) in N.PATH_CHECKS for c in descendants(anc.test, cst.Call)
-            ):
-                unit = anc
-        return unit if self.block_of(unit) is not None else None
-
-    def batch_scalings(self) -> Tuple[Tuple[cst.SimpleStatementLine, str], ...]:
-        """`opt.batch_size = opt.batch_size * opt.num_gpu` (num_gpu = torch.cuda.device_count()),
-        `batch_size *= torch.cuda.device_count()`: DataParallel's way to keep the per-GPU batch."""
-        return tuple((statement, target) for statement, target, _ in self.gpu_count_scalings("batch"))
-
-    def worker_scalings(self) -> Tuple[Tuple[cst.SimpleStatementLine, str, Optional[cst.BaseExpression]], ...]:
-        """`opt.workers = opt.workers * opt.num_gpu`, `num_workers *= torch.cuda.device_count()`: one
-        DataParallel process fed every GPU; under torchrun each process would start that many."""
-        return self.gpu_count_scalings("worker")
-
-    def gpu_count_scalings(self, word: str) -> Tuple[Tuple[cst.SimpleStatementLine, str, Optional[cst.BaseExpression]], ...]:
-        """(statement, target, the other factor) for assignments to a name containing `word` that
-        multiply by the GPU count: the call, a name bound to it, `max(n_gpu, 1)` or `(n_gpu or 1)`.
-        The other factor is None for `x *= n_gpu`."""
-        counts = self.calls(frozenset({"torch.cuda.device_count"}))
-        if not counts:
-            return ()
-        names = {code_of(call) for call in counts}  # the call itself, and the names it is kept in
-        for call in counts:
-            names.update(code_of(target) for target in self.c._statement_of_call.get(call, ()))
-        found = []
-        for target, statement in self.c.assignments:
-            small = statement.body[0]
-            if word not in target.split(".")[-1].lower():
-                continue
-            if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.MultiplyAssign):
-                if _is_gpu_count(small.value, names):
-                    found.append((statement, target, None))
-            elif isinstance(small, cst.Assign) and isinstance(small.value, cst.BinaryOperation) and isinstance(small.value.operator, cst.Multiply):
-                left, right = small.value.left, small.value.right
-                if _is_gpu_count(right, names) or _is_gpu_count(left, names):
-                    found.append((statement, target, left if _is_gpu_count(right, names) else right))
-        return tuple(found)
-
-    def directory_creations(self) -> Tuple[Tuple[cst.Call, str], ...]:
-        """`os.makedirs(d)` and `os.mkdir(d)` that would raise when the directory exists."""
-        found = []
-        for call in self.calls(frozenset({"os.makedirs", "os.mkdir"})):
-            keywords = {arg.keyword.value for arg in call.args if arg.keyword is not None}
-            positional = [arg for arg in call.args if arg.keyword is None]
-            if "exist_ok" in keywords or any(arg.star for arg in call.args):
-                continue
-            if N.attribute_name(call.func) == "makedirs" and len(positional) > 2:
-                continue  # makedirs(d, mode, exist_ok) positionally
-            spelled = code_of(call.func.value) if isinstance(call.func, cst.Attribute) else "os"
-            found.append((call, spelled))
-        return tuple(found)
-
-    def whole_model_saves(self, flow: Flow, wrapped) -> List[Tuple[cst.CSTNode, ModelFact]]:
-        """`torch.save(model, f)` and `state = {"net": net, ...}; torch.save(state, f)` after the wrap:
-        the pickled object (an Arg or a DictElement) must be the bare module, since a pickled DDP
-        cannot be loaded without a process group."""
-        found: List[Tuple[cst.CSTNode, ModelFact]] = []
-        for call in self.calls(N.TORCH_SAVE):
-            if not call.args:
-                continue
-            for holder in [call.args[0], *self.pickled_dict_elements(call)]:
-                model = next((model for model in wrapped if flow.holds_wrapped(model, holder.value)), None)
-                if model is not None and all(holder is not h for h, _ in found):
-                    found.append((holder, model))
-        return found
-
-    def pickled_dict_elements(self, call: cst.Call) -> List[cst.DictElement]:
-        """The values of the dict torch.save writes: a literal, or one assigned to a name just before."""
-        value = call.args[0].value
-        if isinstance(value, cst.Name):
-            scope = self.scope_of(call)
-            assigned = [
-                statement.body[0].value for target, statement in self.c.assignments
-                if target == value.value and self.scope_of(statement) is scope and not self.comes_after(statement, self.statement_of(call))
-                and isinstance(getattr(statement.body[0], "value", None), cst.Dict)
-            ]
-            value = assigned[-1] if assigned else value
-        if not isinstance(value, cst.Dict):
-            return []
-        return [element for element in value.elements if isinstance(element, cst.DictElement)]
 
     # -- entry point -------------------------------------------------------------------
     # (functions in migrator/analysis/entry.py)
@@ -465,19 +307,6 @@ class _Analysis:
     import_names = _imports.import_names
     required_arguments = _imports.required_arguments
     local_rank_arguments = _imports.local_rank_arguments
-    launch_literals = _imports.launch_literals
-    dataparallel_imports = _imports.dataparallel_imports
-
-
-def _is_gpu_count(node: cst.BaseExpression, names: Set[str]) -> bool:
-    """The GPU count, or a name bound to it, also as `max(n_gpu, 1)` and `(n_gpu or 1)`."""
-    if code_of(node) in names:
-        return True
-    if isinstance(node, cst.Call) and N.is_name(node.func, "max"):
-        return any(code_of(arg.value) in names for arg in node.args)
-    if isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.Or):
-        return code_of(node.left) in names
-    return False
 
 
 def analyze(module: cst.Module, context: Optional[FileContext] = None, source: Optional[str] = None) -> ScriptFacts:

@@ -161,7 +161,7 @@ os.makedirs("out", exist_ok=True)
 def plan(facts: ScriptFacts, plan: Plan) -> None:
     if not needs_setup(facts):
         return
-    for call, spelled_os in facts.directory_creations:
+    for call, spelled_os in directory_creations(facts):
         site = plan.site()  # each folder stands alone: suppressing one leaves the others exist_ok
         site.replace(call, lambda c, spelled_os=spelled_os: _race_free(c, spelled_os))
         line, col = facts.line_col(call)
@@ -174,6 +174,19 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
                 facts, f"{facts.names.dist}.barrier()  # every rank has checked the folder before one creates it\n"))
             site.changes.append(Change(RULE.code, line, col, (
                 "every rank checks that the folder is not there yet before any rank creates it (barrier)")))
+
+
+def directory_creations(facts: ScriptFacts):
+    """`os.makedirs(d)` and `os.mkdir(d)` that would raise when the directory exists, with how
+    the file spells `os`."""
+    for call in facts.calls_of(frozenset({"os.makedirs", "os.mkdir"})):
+        keywords = {arg.keyword.value for arg in call.args if arg.keyword is not None}
+        positional = [arg for arg in call.args if arg.keyword is None]
+        if "exist_ok" in keywords or any(arg.star for arg in call.args):
+            continue
+        if attribute_name(call.func) == "makedirs" and len(positional) > 2:
+            continue  # makedirs(d, mode, exist_ok) positionally
+        yield call, code_of(call.func.value) if isinstance(call.func, cst.Attribute) else "os"
 
 
 def _statement_of(facts: ScriptFacts, call: cst.Call):

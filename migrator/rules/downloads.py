@@ -1,15 +1,17 @@
 """DDP018: a data set that downloads itself (`download=True`) is downloaded by rank 0 alone."""
 from __future__ import annotations
 
-from typing import List
+from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from migrator.analysis import ScriptFacts
+from migrator import names as N
+from migrator.analysis import ScriptFacts, Statement
 from migrator.edits import Plan
 from migrator.rule import Example, Rule
 from migrator.rules import _build
 from migrator.rules.process_group import needs_setup
+from migrator.tree import descendants
 from migrator.types import Change
 
 RULE = Rule(
@@ -280,7 +282,7 @@ AFTER = "if {dist}.get_rank() == 0:\n\t{dist}.barrier()\n"
 def plan(facts: ScriptFacts, plan: Plan) -> None:
     if not needs_setup(facts):
         return
-    statements = [s for s in facts.download_statements if _in_a_block(facts, s)]
+    statements = [s for s in download_statements(facts) if _in_a_block(facts, s)]
     for run in _consecutive_runs(facts, statements):
         if not all(facts.after_setup(statement) for statement in run):
             continue  # before the process group exists there is no barrier to wait at
@@ -306,3 +308,74 @@ def _consecutive_runs(facts: ScriptFacts, statements: List[cst.SimpleStatementLi
         else:
             runs.append([statement])
     return runs
+
+
+def download_statements(facts: ScriptFacts) -> Tuple[Statement, ...]:
+    """Statements that download or unpack a data set, which every rank would run at once: a
+    data set built with `download=True` (torchvision's CIFAR10(..., download=True)); in a
+    function, a call that fetches or extracts (`urllib.request.urlretrieve`, `tarfile.open`,
+    `requests.get`) or a call of this file's own function that does (`download_data(root)`,
+    the call site in the entry point, not the helper's body). An `if not os.path.exists(root):`
+    around one is part of it: a rank that checks after rank 0 finished would skip the barrier."""
+    found: List[Statement] = []
+    for call in facts.calls:
+        if any(arg.keyword is not None and arg.keyword.value == "download" and N.is_name(arg.value, "True") for arg in call.args):
+            statement = facts.statement_of(call)
+            if isinstance(statement, cst.SimpleStatementLine) and statement not in found:
+                found.append(statement)
+    entry = facts.entry
+    if entry is None:
+        return tuple(found)
+    helpers = _downloading_functions(facts, entry.scope)
+    fetches = set(facts.calls_of(N.DOWNLOADS))
+    for call in facts.calls:
+        if call not in fetches and not (isinstance(call.func, cst.Name) and call.func.value in helpers):
+            continue
+        if facts.owner_of(call) is not entry.scope:
+            continue  # a helper's own body, a method (a Dataset's __getitem__): its caller decides
+        statement = _download_unit(facts, call, entry.scope)
+        if statement is not None and statement not in found:
+            found.append(statement)
+    # `with requests.get(url) as r: with tarfile.open(fileobj=r.raw) as t: ...`: one download,
+    # barriered once, around the outermost statement (nested pairs would pair up wrongly).
+    chosen = set(found)
+    outermost = [s for s in found if not any(a in chosen for a in facts.ancestors(s))]
+    return tuple(sorted(outermost, key=lambda node: facts.order.get(node, 0)))
+
+
+def _downloading_functions(facts: ScriptFacts, entry: cst.CSTNode) -> Dict[str, cst.FunctionDef]:
+    """This file's module-level functions that download or unpack, also through each other
+    (the entry point aside)."""
+    functions = {f.name.value: f for f in facts.module.body if isinstance(f, cst.FunctionDef) and f is not entry}
+    fetches = set(facts.calls_of(N.DOWNLOADS))
+    found: Dict[str, cst.FunctionDef] = {}
+    changed = True
+    while changed:
+        changed = False
+        for call in facts.calls:
+            owner = facts.owner_of(call)
+            if not isinstance(owner, cst.FunctionDef) or functions.get(owner.name.value) is not owner:
+                continue
+            if owner.name.value in found:
+                continue
+            if call in fetches or (isinstance(call.func, cst.Name) and call.func.value in found):
+                found[owner.name.value] = owner
+                changed = True
+    return found
+
+
+def _download_unit(facts: ScriptFacts, call: cst.Call, owner: cst.CSTNode) -> Optional[Statement]:
+    """The statement the barriers go around: the call's own, or the outermost `if` checking the
+    file system around it. None inside a loop (a barrier per iteration is not a download)."""
+    statement = facts.statement_of(call)
+    unit = statement
+    for anc in facts.ancestors(call):
+        if anc is owner:
+            break
+        if isinstance(anc, (cst.For, cst.While)):
+            return None
+        if isinstance(anc, cst.If) and any(
+            N.attribute_name(c.func) in N.PATH_CHECKS for c in descendants(anc.test, cst.Call)
+        ):
+            unit = anc
+    return unit if facts.block_of(unit) is not None else None

@@ -13,6 +13,7 @@ from typing import List, Sequence
 import libcst as cst
 
 from migrator.analysis import ScriptFacts, code_of
+from migrator.analysis.helpers import _raw_text
 from migrator.edits import Plan
 from migrator.launcher import launch_problem, rewrite_command_string, rewrite_command_words
 from migrator.rule import Example, Rule
@@ -61,12 +62,12 @@ _LAUNCH_COMMAND = re.compile(r"-m\s+torch\.distributed\.launch\b")
 
 
 def plan(facts: ScriptFacts, plan: Plan) -> None:
-    for node in facts.launch_literals:
+    for node in launch_literals(facts):
         if isinstance(node, (cst.List, cst.Tuple)):
             _plan_argv(facts, plan, node)
         else:
             _plan_string(facts, plan, node)
-    for node in facts.legacy_launch_imports:
+    for node in facts.index.legacy_launch_imports:
         line, col = facts.line_col(node)
         plan.diagnostics.append(Diagnostic(LEGACY_LAUNCH_IMPORT.code, line, col, LEGACY_LAUNCH_IMPORT.summary))
 
@@ -192,3 +193,22 @@ def _rebuilt(node, words: Sequence[str], new_words: Sequence[str]):
     if elements and isinstance(node.elements[-1].comma, cst.MaybeSentinel):
         elements[-1] = elements[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     return node.with_changes(elements=elements)
+
+
+def launch_literals(facts: ScriptFacts) -> List[cst.BaseExpression]:
+    """Argv lists holding the launcher module, and strings (not inside such lists) holding a launch."""
+    lists = []
+    for node in facts.index.launch_strings:
+        parent = facts.parents.get(facts.parents.get(node))
+        if isinstance(facts.parents.get(node), cst.Element) and isinstance(parent, (cst.List, cst.Tuple)):
+            if parent not in lists:
+                lists.append(parent)
+    strings = []
+    for node in facts.index.launch_strings:
+        if isinstance(facts.parents.get(node), cst.Element) and facts.parents.get(facts.parents.get(node)) in lists:
+            continue
+        while isinstance(facts.parents.get(node), cst.ConcatenatedString):
+            node = facts.parents.get(node)  # the whole implicit concatenation is one command
+        if " " in _raw_text(node) and node not in strings:
+            strings.append(node)
+    return lists + strings

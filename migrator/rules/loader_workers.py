@@ -1,8 +1,11 @@
 """DDP025: DataLoader workers scaled by the GPU count go back to one process's count."""
 from __future__ import annotations
 
+from typing import List, Optional, Tuple
+
 import libcst as cst
 
+from migrator import names as N
 from migrator.analysis import ScriptFacts, code_of
 from migrator.edits import Plan
 from migrator.rule import Example, Rule
@@ -107,7 +110,7 @@ threads = torch.cuda.device_count() * 2
 def plan(facts: ScriptFacts, plan: Plan) -> None:
     if not needs_setup(facts):
         return
-    for statement, target, other in facts.worker_scalings:
+    for statement, target, other in gpu_count_scalings(facts, "worker"):
         if other is None or code_of(other) == target:  # `x *= n_gpu`, `x = x * n_gpu`: only rescales x
             plan.replace(statement, lambda updated, alone=_alone(facts, statement): (
                 updated.with_changes(body=[cst.Pass()]) if alone else cst.RemoveFromParent()))
@@ -122,3 +125,41 @@ def _alone(facts: ScriptFacts, statement: cst.SimpleStatementLine) -> bool:
     """A block may not become empty: a statement alone in it becomes `pass`."""
     block = facts.parents.get(statement)
     return isinstance(block, cst.IndentedBlock) and len(block.body) == 1
+
+
+def gpu_count_scalings(facts: ScriptFacts, word: str) -> List[Tuple[cst.SimpleStatementLine, str, Optional[cst.BaseExpression]]]:
+    """(statement, target, the other factor) for assignments to a name containing `word` that
+    multiply by the GPU count: the call, a name bound to it, `max(n_gpu, 1)` or `(n_gpu or 1)`
+    (the other factor is None for `x *= n_gpu`). DataParallel's way to keep the per-GPU batch
+    (`batch_size *= torch.cuda.device_count()`), or to feed every GPU from one process
+    (`opt.workers = opt.workers * opt.num_gpu`)."""
+    counts = facts.calls_of(frozenset({"torch.cuda.device_count"}))
+    if not counts:
+        return []
+    names = {code_of(call) for call in counts}  # the call itself, and the names it is kept in
+    for call in counts:
+        names.update(code_of(target) for target in facts.index._statement_of_call.get(call, ()))
+    found = []
+    for target, statement in facts.index.assignments:
+        small = statement.body[0]
+        if word not in target.split(".")[-1].lower():
+            continue
+        if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.MultiplyAssign):
+            if _is_gpu_count(small.value, names):
+                found.append((statement, target, None))
+        elif isinstance(small, cst.Assign) and isinstance(small.value, cst.BinaryOperation) and isinstance(small.value.operator, cst.Multiply):
+            left, right = small.value.left, small.value.right
+            if _is_gpu_count(right, names) or _is_gpu_count(left, names):
+                found.append((statement, target, left if _is_gpu_count(right, names) else right))
+    return found
+
+
+def _is_gpu_count(node: cst.BaseExpression, names) -> bool:
+    """The GPU count, or a name bound to it, also as `max(n_gpu, 1)` and `(n_gpu or 1)`."""
+    if code_of(node) in names:
+        return True
+    if isinstance(node, cst.Call) and N.is_name(node.func, "max"):
+        return any(code_of(arg.value) in names for arg in node.args)
+    if isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.Or):
+        return code_of(node.left) in names
+    return False

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from migrator import names as N
 from migrator.analysis import ScriptFacts
 from migrator.edits import Plan
 from migrator.rule import Example, Rule
@@ -453,16 +454,17 @@ def plan_logging(facts: ScriptFacts, plan: Plan) -> None:
         if plan.guarded(statement) or _in_guarded_helper(facts, plan, statement):
             continue
         _print_computed_first(facts, plan.site(), statement, values)
-    for call in facts.progress_bars:
-        if not facts.after_setup(call):
+    for call in facts.calls_of(N.PROGRESS_BARS):
+        if any(arg.keyword is not None and arg.keyword.value == "disable" for arg in call.args) or not facts.after_setup(call):
             continue
         site = plan.site()
         disable = f"{facts.names.dist}.get_rank() != 0"
         site.replace(call, lambda c, disable=disable: _build.with_keyword(c, "disable", disable))
         line, col = facts.line_col(call)
         site.changes.append(Change(LOGGING.code, line, col, "progress bar shown on rank 0 only"))
-    for call in facts.tracker_runs:
-        _tracker_on_rank_zero(facts, plan.site(), call)
+    for call in facts.calls_of(N.TRACKER_RUNS):
+        if not facts.flow.under_rank_check(call):
+            _tracker_on_rank_zero(facts, plan.site(), call)
 
 
 def _tracker_on_rank_zero(facts: ScriptFacts, plan: Plan, call: cst.Call) -> None:

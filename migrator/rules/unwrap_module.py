@@ -1,9 +1,12 @@
 """DDP014 / DDP015: after wrapping, the model's own API and its checkpoints go through `.module`."""
 from __future__ import annotations
 
+from typing import List, Tuple
+
 import libcst as cst
 
-from migrator.analysis import ScriptFacts
+from migrator import names as N
+from migrator.analysis import ModelFact, ScriptFacts
 from migrator.edits import Plan
 from migrator.names import NN_MODULE_API, STATE_DICT_METHODS, STRUCTURE_METHODS
 from migrator.rule import Example, Rule
@@ -535,7 +538,7 @@ def plan_checkpoint_keys(facts: ScriptFacts, plan: Plan) -> None:
             plan.replace(name, lambda n: cst.Attribute(value=n, attr=cst.Name("module")))
             line, col = facts.line_col(name)
             plan.changes.append(Change(CHECKPOINT_KEYS.code, line, col, f"{name.value} returned unwrapped (.module) to the caller"))
-    for arg, model in facts.whole_model_saves:
+    for arg, model in whole_model_saves(facts):
         # Always the bare module, DataParallel scripts included: a pickled DDP wrapper cannot be
         # loaded without a process group (a pickled DataParallel could).
         plan.replace(arg, lambda a: a.with_changes(value=cst.Attribute(value=a.value, attr=cst.Name("module"))))
@@ -600,3 +603,30 @@ def _one_branch_if_same(node: cst.IfExp) -> cst.BaseExpression:
 
 def _through_module(node: cst.Attribute) -> cst.Attribute:
     return node.with_changes(value=cst.Attribute(value=node.value, attr=cst.Name("module")))
+
+
+def whole_model_saves(facts: ScriptFacts) -> List[Tuple[cst.CSTNode, ModelFact]]:
+    """`torch.save(model, f)` and `state = {"net": net, ...}; torch.save(state, f)` after the wrap:
+    the pickled object (an Arg or a DictElement) must be the bare module, since a pickled DDP
+    cannot be loaded without a process group. The model is the wrapped one wherever it is read
+    (migrator.graph.flow: a helper's parameter, an alias), one edit per saved object."""
+    wrapped = [m for m in facts.models if not m.already_ddp and m.wrap_after is not None]
+    found: List[Tuple[cst.CSTNode, ModelFact]] = []
+    for call in facts.calls_of(N.TORCH_SAVE) if wrapped else ():
+        for holder in [*call.args[:1], *_pickled_dict_elements(facts, call)]:
+            model = next((model for model in wrapped if facts.flow.holds_wrapped(model, holder.value)), None)
+            if model is not None and all(holder is not h for h, _ in found):
+                found.append((holder, model))
+    return found
+
+
+def _pickled_dict_elements(facts: ScriptFacts, call: cst.Call) -> List[cst.DictElement]:
+    """The values of the dict torch.save writes: a literal, or the dict last assigned to the name
+    it saves (the bindings that name reads there)."""
+    value = call.args[0].value if call.args else None
+    if isinstance(value, cst.Name):
+        assigned = [b for b in facts.index.refers.get(value, ()) if isinstance(b.value, cst.Dict) and not b.path]
+        value = max(assigned, key=lambda b: b.position).value if assigned else value
+    if not isinstance(value, cst.Dict):
+        return []
+    return [element for element in value.elements if isinstance(element, cst.DictElement)]

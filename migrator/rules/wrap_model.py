@@ -1,8 +1,11 @@
 """DDP003: wrap every trained model in DistributedDataParallel (DataParallel in any spelling included)."""
 from __future__ import annotations
 
+from typing import List, Optional, Tuple
+
 import libcst as cst
 
+from migrator import names as N
 from migrator.analysis import DataParallelSite, ModelFact, ScriptFacts, code_of
 from migrator.edits import Plan
 from migrator.rule import Example, Rule
@@ -202,11 +205,11 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
             plan.insert_after(statement, _wrap_statement(facts, model))
             line, col = facts.line_col(statement)
             plan.changes.append(Change(RULE.code, line, col, f"reloaded {model.expr} wrapped in DistributedDataParallel again"))
-    for call in facts.functional_dataparallel:
+    for call in facts.calls_of(N.FUNCTIONAL_DATAPARALLEL):
         _plan_functional_dataparallel(facts, plan, call)
     if wrapped and facts.names.ddp_import_needed:
         plan.need_import("torch.nn.parallel", "DistributedDataParallel", facts.names.ddp if facts.names.ddp != "DistributedDataParallel" else None)
-    for module, name, asname in facts.dataparallel_imports:
+    for module, name, asname in _dataparallel_imports(facts):
         plan.unused_imports.append((module, name, asname))
 
 
@@ -384,3 +387,13 @@ def _only_pass(block) -> bool:
 def _remove_statement(statement):
     # A block may not become empty: leave `pass` where the statement was alone.
     return cst.RemoveFromParent()
+
+
+def _dataparallel_imports(facts: ScriptFacts) -> List[Tuple[str, str, Optional[str]]]:
+    """`from torch.nn import DataParallel [as DP]`: (module, name, asname), to drop once unused."""
+    found = []
+    for local, qualified in facts.index.imported[facts.module].items():
+        if qualified in N.DATAPARALLEL and "." not in local:
+            module, name = qualified.rsplit(".", 1)
+            found.append((module, name, local if local != name else None))
+    return found

@@ -17,6 +17,7 @@ from migrator.tree import descendants
 from migrator.edits import Plan
 from migrator.rule import Rule
 from migrator.rules import global_batch, no_sync
+from migrator.rules.loader_workers import gpu_count_scalings
 from migrator.rules.caveats.ranks import EVAL_SHARDED, RANK_DIVERGENCE
 from migrator.rules.caveats.scaling import ACCUMULATION, GLOBAL_BATCH, SYNC_BATCHNORM
 from migrator.rules.process_group import needs_setup
@@ -42,11 +43,12 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
         for node in facts.accumulation_steps if wraps else ():
             if no_sync.no_sync_span(facts, node) is None:  # else DDP022 put the passes under no_sync()
                 _report(facts, plan, ACCUMULATION, node)
-        if wraps and facts.batchnorm_layers and not facts.converts_sync_batchnorm:
-            _report(facts, plan, SYNC_BATCHNORM, facts.batchnorm_layers[0])
+        batchnorm = facts.calls_of(N.BATCHNORM)
+        if wraps and batchnorm and not any(attribute_name(call.func) == "convert_sync_batchnorm" for call in facts.calls):
+            _report(facts, plan, SYNC_BATCHNORM, batchnorm[0])
         # With --batch global the loader splits `batch_size * gpu_count` over the processes again:
         # the product stays the global batch, as under DataParallel. Per process, it is said.
-        for statement, scaled in facts.batch_scalings if mode != global_batch.GLOBAL else ():
+        for statement, scaled, _ in gpu_count_scalings(facts, "batch") if mode != global_batch.GLOBAL else ():
             line, col = facts.line_col(statement)
             plan.diagnostics.append(Diagnostic(GLOBAL_BATCH.code, line, col, (
                 f"`{scaled}` is multiplied by the GPU count (a DataParallel habit: one process split it over the GPUs); "
