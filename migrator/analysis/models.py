@@ -10,7 +10,8 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.names import attribute_name
-from migrator.tree import descendants, parameters
+from migrator.graph.flow import MODEL
+from migrator.tree import descendants
 from migrator.analysis.facts import DataParallelSite, ModelFact
 from migrator.analysis.helpers import (
     Statement,
@@ -469,33 +470,32 @@ def loads_between(self, expr: str, start: Statement, end: Statement) -> Tuple[cs
 
 
 def moved_in_callee(self, expr: str, definition: Optional[Statement]) -> Optional[cst.Call]:
-    """A model the file never moves before its wrap, moved later by the function it is handed to:
-    `Trainer.__init__(self, model: nn.Module, gpu_id)` doing `self.model = model.to(gpu_id)`.
+    """A model the file never moves before its wrap, moved later by a function it is handed to:
+    `Trainer.__init__(self, model, gpu_id)` doing `self.model = model.to(gpu_id)`, followed by the
+    value flow (migrator.graph.flow), whatever the function calls it.
 
     A DDP built on CPU parameters that are moved afterwards never sees the moved tensors; the file is
     declined (DDP104) rather than wrapped in the wrong place."""
     if definition is None:
         return None
     home = self.scope_of(definition)
-    leaf = expr.rsplit(".", 1)[-1]
+    value = self.values.follow(self.model_seeds(expr, home), MODEL, every=False)
     for call in self.c.calls:
         receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
-        if attribute_name(call.func) not in N.MOVE_METHODS or not isinstance(receiver, cst.Name):
+        if attribute_name(call.func) not in N.MOVE_METHODS or not isinstance(receiver, (cst.Name, cst.Attribute)):
             continue
         scope = self.scope_of(call)
-        if scope is home or not isinstance(scope, cst.FunctionDef) or receiver.value not in self.c.params.get(scope, ()):
-            continue
-        if receiver.value == leaf or _annotated_module(scope, receiver.value):
+        if scope is not home and isinstance(scope, cst.FunctionDef) and value.holds(receiver):
             return call
     return None
 
 
-def _annotated_module(function: cst.FunctionDef, name: str) -> bool:
-    """Is parameter `name` annotated as a module (`model: torch.nn.Module`, `net: nn.Module`)?"""
-    for param in parameters(function):
-        if param.name.value == name and param.annotation is not None:
-            return "Module" in code_of(param.annotation.annotation)
-    return False
+def model_seeds(self, expr: str, scope) -> list:
+    """The bindings of the model spelled `expr` where `scope` reads it (`self.x`: its class's)."""
+    if expr.startswith("self."):
+        cls = scope if isinstance(scope, cst.ClassDef) else self.enclosing_class(scope)
+        return list(self.c.bindings.get(cls, {}).get(expr, ())) if cls is not None else []
+    return list(self.c.visible(expr, scope)) if "." not in expr else []
 
 
 def owning_model(self, expr: str, update: cst.Call) -> Tuple[str, Optional[cst.SimpleStatementLine]]:
@@ -547,7 +547,7 @@ def group_parameter_owners(self, optimizer_call: cst.Call) -> List[str]:
                     owners.append(owner)
             elif isinstance(value, cst.Attribute) and isinstance(value.value, (cst.Name, cst.Attribute)):
                 owner = code_of(value.value)
-                if owner not in owners and self.used_as_module(owner):
+                if owner not in owners and self.used_as_module(value.value):
                     owners.append(owner)
     return owners
 
@@ -562,18 +562,23 @@ def models_passed(self, helper: cst.Call) -> List[str]:
         owners = _parameter_owners_in(self.c.parameters_value(arg.value, helper))
         if owners:
             found += [o for o in owners if o not in found]
-        elif isinstance(arg.value, (cst.Name, cst.Attribute)) and self.used_as_module(expr) and expr not in found:
+        elif isinstance(arg.value, (cst.Name, cst.Attribute)) and self.used_as_module(arg.value) and expr not in found:
             found.append(expr)
     return found
 
-def used_as_module(self, expr: str) -> bool:
-    if any(r == expr and meth in _MODULE_METHODS for r, meth, _ in self.c.expr_calls):
-        return True
-    for call in self.c.calls:
-        func = call.func
-        if isinstance(func, cst.Attribute) and func.attr.value in _MODULE_METHODS and code_of(func.value) == expr:
+def used_as_module(self, node: cst.BaseExpression) -> bool:
+    """Is the value `node` reads a module: switched to train mode, moved, asked for its parameters
+    or state, or wrapped in DataParallel, anywhere it flows (`cfg` or `args` never are)?"""
+    value = self.values.follow(self.c.bindings_of(node), MODEL, every=False)
+    for reference in value.references():
+        parent = self.parent(reference)
+        if isinstance(parent, cst.Attribute) and parent.value is reference and parent.attr.value in _MODULE_METHODS:
+            if isinstance(self.parent(parent), cst.Call):
+                return True
+        holder = self.parent(self.parent(reference)) if isinstance(parent, cst.Arg) else None
+        if isinstance(holder, cst.Call) and holder.args[0] is parent and self.c.resolve(holder.func) in N.DATAPARALLEL:
             return True
-    return any(call.args and code_of(call.args[0].value) == expr for call in self.calls(N.DATAPARALLEL))
+    return False
 
 def model_definition(self, expr: str, optimizer_call: cst.Call) -> Optional[cst.SimpleStatementLine]:
     """The first statement assigning `expr` in the optimizer's function (or class, for self.x).

@@ -265,6 +265,7 @@ class _Analysis:
     cuda_condition = _models.cuda_condition
     moved_before_wrap = _models.moved_before_wrap
     moved_in_callee = _models.moved_in_callee
+    model_seeds = _models.model_seeds
     loads_between = _models.loads_between
     held_before_wrap = _models.held_before_wrap
     trained_through = _models.trained_through
