@@ -9,7 +9,7 @@ Layout, one concern per module:
   collector.py  the single traversal (_Collector)
   passes.py     _Analysis: tree helpers, the assembled facts and the flow facts; analyze()
   entry.py      the entry point; models.py models and DataParallel; devices.py devices and .cuda();
-  imports.py    imports, launch literals and required arguments (all bound as _Analysis methods)
+  imports.py    imports and required arguments (entry, models, devices, imports: mixins of _Analysis)
   helpers.py    small syntactic helpers
 """
 from migrator.analysis.collector import _Collector

@@ -1,6 +1,6 @@
 """Models and DataParallel: which models train, and what each DataParallel site wraps.
 
-Plain functions taking the `_Analysis`; bound as its methods in `passes.py`.
+The methods of a mixin of `_Analysis` (passes.py).
 """
 from __future__ import annotations
 
@@ -25,288 +25,12 @@ from migrator.analysis.helpers import (
 )
 
 
-# -- models ------------------------------------------------------------------------
-def dataparallel_site(self, call: cst.Call) -> DataParallelSite:
-    statement = self.statement_of(call)
-    chained = None
-    parent = self.parent(call)
-    if isinstance(parent, cst.Attribute) and parent.attr.value in N.MOVE_METHODS:
-        outer = self.parent(parent)
-        if isinstance(outer, cst.Call) and outer.func is parent:
-            chained = outer
-    top = chained or call
-    target = None
-    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
-        small = statement.body[0]
-        if isinstance(small, cst.Assign) and small.value is top and len(small.targets) == 1:
-            target = code_of(small.targets[0].target)
-    inner = call.args[0].value if call.args and call.args[0].keyword is None else None
-    conditional = None
-    owner = self.parent(self.block_of(statement)) if statement is not None else None
-    if isinstance(owner, cst.If) and owner.orelse is None and N.is_gpu_count_test(owner.test):
-        others = [s for s in owner.body.body if s is not statement]
-        if all(N.is_log_statement(s) for s in others):
-            conditional = owner
-    return DataParallelSite(call, statement, target, inner, chained, conditional)  # type: ignore[arg-type]
-
-def is_chained_dp(self, cuda_call: cst.Call, dp_sites: Sequence[DataParallelSite]) -> bool:
-    return any(site.chained is cuda_call for site in dp_sites)
-
-def ddp_wrapped_targets(self) -> Set[str]:
-    targets = set()
-    for call in self.calls(N.DDP):
-        if call.args:
-            targets.add(code_of(call.args[0].value))
-        statement = self.statement_of(call)
-        if isinstance(statement, cst.SimpleStatementLine):
-            for small in statement.body:
-                if isinstance(small, cst.Assign):
-                    targets.update(code_of(t.target) for t in small.targets)
-    return targets
-
-def trained_models(self, dp_sites, ddp_targets: Set[str]) -> Tuple[ModelFact, ...]:
-    models: Dict[str, ModelFact] = {}
-    updates = [call for call, _ in self.c.optimizer_calls] + self.c.manual_updates + self.c.optimizer_helpers
-    for call in updates:
-        for expr in self.parameter_owners(call):
-            if expr in models or expr == "self":
-                continue  # `self`: a module building its own optimizer (configure_optimizers) is not training
-            definition = self.model_definition(expr, call)
-            if definition is None and "." not in expr:
-                # `def define_optimizer(g_model, ...)`: the model is built by the one caller that passes it.
-                expr, definition = self.model_from_caller(expr, call)
-                if expr in models:
-                    continue
-            if definition is None and "." in expr:
-                # Parameter groups of submodules (`model.backbone.parameters()`, `net.linear1.parameters()`):
-                # the model is the object they belong to, built here.
-                expr, definition = self.owning_model(expr, call)
-                if expr in models:
-                    continue
-            if definition is not None and not expr.startswith("self."):
-                # `self.model, self.optimizer = model, optimizer`: from there on the model is `self.model`.
-                expr, definition = self.kept_on_self(expr, definition)
-                if expr in models:
-                    continue
-            sites = [
-                s for s in dp_sites
-                if (s.target == expr or (s.target or "").startswith(expr + ".")) and self.same_scope(s.statement, definition)
-            ]
-            anchor = self.branch_anchor(definition) if definition is not None else None
-            stripped = self.nested_sites(sites, definition, anchor)
-            plain_dp = None if stripped else next((s for s in sites if s.target == expr), None)
-            # An unconditional DataParallel keeps its `module.` keys (see DDP014); a conditional one does not.
-            first_dp = plain_dp or (stripped[0] if stripped else None)
-            dp_from = self.top_statement_in(first_dp.statement, self.block_of(anchor)) if first_dp is not None and anchor is not None else None
-            keyed_from = dp_from if plain_dp is not None and plain_dp.conditional is None else None
-            wrap_after = self.last_preparation(expr, anchor, keyed_from) if anchor is not None else None
-            if stripped:
-                wrap_after = self.after_branches(stripped, anchor, wrap_after)
-            dp = None if stripped else next((s for s in sites if s.target == expr), None)
-            moved = self.moved_before_wrap(definition, anchor, wrap_after) if anchor is not None else True
-            # Handed to a project trainer that moves it (minGPT's `self.model = self.model.to(self.device)`):
-            # moved to this process's device before the wrap, so the trainer's move finds it there.
-            handed_to_mover = not moved and any(
-                expr in (code_of(v) for v in self.c.trained_arguments.get(call, ())) for call in self.c.trained_moves
-            )
-            # A later move (`if args.half: model.half()`) pushed the wrap below a load that expected
-            # DataParallel's `module.` keys: that load now runs on the bare model, so it drops the
-            # prefix (DDP014) while the saves keep it, as before. Behind a conditional DataParallel
-            # (`if device == "cuda": net = DataParallel(net)`, stripped) the load read prefixed keys on one branch only, and the saves
-            # now write bare ones: dropping the prefix reads both.
-            bare_loads = self.loads_between(expr, dp_from, wrap_after) if dp_from is not None and wrap_after is not None else ()
-            models[expr] = ModelFact(
-                expr=expr,
-                optimizer_call=call,
-                definition=definition,
-                wrap_after=wrap_after,
-                dataparallel=dp,
-                stripped=stripped,
-                already_ddp=expr in ddp_targets,
-                scope=self.scope_of(definition) if definition is not None else None,
-                device_expr=self.device_expr_at(definition, typed=True) if definition is not None else None,
-                cuda_condition=self.cuda_condition(expr, anchor, wrap_after) if anchor is not None else None,
-                moved=moved,
-                bare_loads=bare_loads,
-                held_by=self.held_before_wrap(expr, definition, wrap_after) if definition is not None else None,
-                device_unknown=definition is not None and self.built_by_helper(definition) and not self.moves_itself(expr, definition),
-                optional=definition is not None and self.assigned_none(expr, definition),
-                moved_later=None if moved or handed_to_mover else self.moved_in_callee(expr, definition),
-                move_to_local=handed_to_mover,
-            )
-    return tuple(models.values())
-
-def same_scope(self, statement, definition) -> bool:
-    """Is `statement` about the same variable as `definition` (same function; same class for self.x)?"""
-    if definition is None:
-        return False
-    if self.scope_of(statement) is self.scope_of(definition):
-        return True
-    cls = self.enclosing_class(definition)
-    return cls is not None and cls is self.enclosing_class(statement)
-
-def split_dataparallel(self, dp_sites, models) -> Tuple[Tuple[DataParallelSite, ...], Tuple[DataParallelSite, ...]]:
-    """DataParallel sites no model took over: blocking when they build a trained model, else left alone."""
-    taken = {id(s) for m_ in models for s in (m_.stripped or ((m_.dataparallel,) if m_.dataparallel else ()))}
-    blocking, other = [], []
-    for site in dp_sites:
-        if id(site) in taken:
-            continue
-        if self.feeds_trained_model(site, models) and not self.evaluates_after_training(site, models):
-            blocking.append(site)
-        else:
-            other.append(site)
-    return tuple(blocking), tuple(other)
-
-
-def evaluates_after_training(self, site: DataParallelSite, models) -> bool:
-    """`model = DataParallel(model).cuda()` for the final test, after the training loop has run:
-    nothing trains through it (no optimizer takes its parameters afterwards)."""
-    if site.target in {m_.expr for m_ in models}:
-        return False
-    fn = self.enclosing_function(site.call)
-    return any(
-        self.enclosing_function(loop) is fn and self.comes_after(site.statement, loop) and self.loop_trains(loop)
-        for loop in self.c.loops
-    )
-
-def feeds_trained_model(self, site: DataParallelSite, models) -> bool:
-    fn = self.enclosing_function(site.call)
-    for model in models:
-        if model.definition is None:
-            continue
-        if self.scope_of(site.statement) is self.scope_of(model.definition):
-            return True
-        if fn is not None and fn.name.value in _called_names(model.definition):
-            return True  # `model = build()` where build() returns DataParallel(...)
-    return False
-
-def nested_sites(self, sites, definition, anchor) -> Tuple[DataParallelSite, ...]:
-    """DataParallel sites to unwrap in place: several, on a submodule, or in branches below the model's block.
-
-    One site in the model's own block (`model = DP(model)`, or the tutorial's
-    `if torch.cuda.device_count() > 1: model = DP(model)`) is simply replaced by the wrap.
-    """
-    if definition is None or not sites:
-        return ()
-    if len(sites) == 1:
-        site = sites[0]
-        holder = site.conditional or site.statement
-        if self.block_of(holder) is self.block_of(anchor) and "." not in (site.target or "").replace(
-            code_of_target(definition), "", 1
-        ):
-            return ()
-    return tuple(sites)
-
-def after_branches(self, sites, anchor, wrap_after):
-    """The statement of the model's block that comes last among the branches holding `sites`."""
-    block = self.block_of(anchor)
-    body = list(block.body)  # type: ignore[union-attr]
-    last = body.index(wrap_after)
-    for site in sites:
-        top = self.top_statement_in(site.statement, block)
-        if top is not None:
-            last = max(last, body.index(top))
-    return body[last]
-
-def parameter_owners_nearby(self, optimizer_call: cst.Call) -> List[str]:
-    """Parameter groups built beforehand (`decay = [p for n, p in model.named_parameters() ...]`).
-
-    Only the names the optimizer call uses are followed, to the statements of the same
-    function that assign or extend them.
-    """
-    names = _referenced_names(optimizer_call)
-    owners: List[str] = []
-    fn = self.enclosing_function(optimizer_call) or self.module
-    for target, statement in self.c.assignments:
-        if target in names and self.scope_of(statement) is self.scope_of(optimizer_call):
-            owners += [o for o in _parameter_owners_in(statement) if o not in owners]
-    for receiver, method, statement in self.c.expr_calls:
-        if receiver in names and method in ("append", "extend") and self.is_inside(statement, fn):
-            owners += [o for o in _parameter_owners_in(statement) if o not in owners]
-    for loop in self.c.loops:
-        if isinstance(loop, cst.For) and self.is_inside(loop, fn) and names & _referenced_names(loop.body):
-            owners += [o for o in _parameter_owners_in(loop.iter) if o not in owners]
-    return owners
-
-def model_from_caller(self, param: str, update: cst.Call) -> Tuple[str, Optional[cst.SimpleStatementLine]]:
-    """A parameter of the function that builds the optimizer, traced to the one call of that function
-    in this file and to the statement there that builds the model it passes."""
-    fn = self.enclosing_function(update)
-    if fn is None or param not in [p.name.value for p in fn.params.params]:
-        return param, None
-    callers = [c for c in self.c.calls if isinstance(c.func, cst.Name) and c.func.value == fn.name.value]
-    if not callers or self.enclosing_class(fn) is not None:
-        return param, None
-    params = [p.name.value for p in fn.params.params]
-    found = set()
-    for call in callers:
-        passed = next(
-            (
-                code_of(arg.value)
-                for index, arg in enumerate(call.args)
-                if isinstance(arg.value, (cst.Name, cst.Attribute))
-                and (arg.keyword.value if arg.keyword is not None else (params[index] if arg.star == "" and index < len(params) else None)) == param
-            ),
-            None,
-        )
-        definition = self.model_definition(passed, call) if passed is not None else None
-        found.add((passed, definition))
-    # Every call (`main("warmup", model)`, then `main(run, model)` in a loop) must pass the same model.
-    if len(found) == 1:
-        passed, definition = found.pop()
-        if passed is not None and definition is not None:
-            return passed, definition
-    return param, None
-
-def cuda_condition(self, expr: str, anchor: Statement, wrap_after: Statement) -> Optional[str]:
-    """The test guarding the model's `.cuda()` move (`if args.cuda: net.cuda()`), when that is how it
-    reaches a GPU: on a GPU machine run without the flag it stays on the CPU, where DDP needs
-    `device_ids=None`. None when the move is unconditional, in an else branch, or tests CUDA
-    availability itself (the default already does)."""
-    block = self.block_of(anchor)
-    body = list(block.body) if block is not None else []  # type: ignore[union-attr]
-    if anchor not in body or wrap_after not in body:
-        return None
-    region = body[body.index(anchor) : body.index(wrap_after) + 1]
-    moves = [s for r, meth, s in self.c.expr_calls if r == expr and meth == "cuda"]
-    moves += [s for t, s in self.c.assignments if t == expr and _calls_cuda(s)]
-    in_region = [m for m in moves if any(m is top or self.is_inside(m, top) for top in region)]
-    guards = {next((a for a in self.ancestors(m) if isinstance(a, cst.If)), None) for m in in_region}
-    if len(guards) != 1:
-        return None  # no move, or moves under different conditions (if/else arms): nothing simple to say
-    guard = guards.pop()
-    if guard is None or not any(guard is top or self.is_inside(guard, top) for top in region):
-        return None  # an unconditional move
-    if not all(self.is_inside(m, guard.body) for m in in_region) or _is_cuda_available_call(guard.test):
-        return None
-    if any(isinstance(a, cst.If) and any(a is top or self.is_inside(a, top) for top in region) for a in self.ancestors(guard)):
-        return None  # nested conditions: the innermost test alone is not the whole story
-    return code_of(guard.test)
-
-
 def _calls_cuda(statement: cst.CSTNode) -> bool:
     return any(attribute_name(call.func) == "cuda" for call in descendants(statement, cst.Call))
 
 
 def _is_cuda_available_call(test: cst.BaseExpression) -> bool:
     return isinstance(test, cst.Call) and code_of(test.func).endswith("cuda.is_available")
-
-
-def kept_on_self(self, expr: str, definition: cst.SimpleStatementLine) -> Tuple[str, cst.SimpleStatementLine]:
-    """`self.model = model` (or a tuple assignment) later in the same function: the attribute is the
-    model the rest of the class trains, moves and wraps; its statement is the definition."""
-    scope = self.scope_of(definition)
-    for target, statement in self.c.assignments:
-        if not target.startswith("self.") or self.scope_of(statement) is not scope:
-            continue
-        if not self.comes_after(statement, definition) or not isinstance(statement.body[0], cst.Assign):
-            continue
-        if self.block_of(statement) is None:
-            continue
-        if _assigned_from(statement.body[0], target) == expr:
-            return target, statement
-    return expr, definition
 
 
 def _assigned_from(assign: cst.Assign, target: str) -> Optional[str]:
@@ -322,44 +46,6 @@ def _assigned_from(assign: cst.Assign, target: str) -> Optional[str]:
     return None
 
 
-def moved_before_wrap(self, definition: Statement, anchor: Statement, wrap_after: Statement) -> bool:
-    """Is anything moved to a device (`.to(...)`, `.cuda()`) from the model's definition to its wrap,
-    or does a helper build it (`build_model(cfg, device)`: it may move it)? When neither, the model
-    stays where the file builds it, on the CPU."""
-    block = self.block_of(anchor)
-    body = list(block.body) if block is not None else []  # type: ignore[union-attr]
-    if anchor not in body or wrap_after not in body:
-        return True
-    region = body[body.index(anchor) : body.index(wrap_after) + 1]
-    if any(attribute_name(c.func) in N.MOVE_METHODS for top in region for c in descendants(top, cst.Call)):
-        return True
-    return any(isinstance(arg.value, cst.Name) and "device" in arg.value.value.lower()
-               for c in descendants(definition, cst.Call) for arg in c.args)
-
-
-def held_before_wrap(self, expr: str, definition: Statement, wrap_after: Optional[Statement]) -> Optional[str]:
-    """A module built from the bare model before its wrap point and trained through
-    (`seg = nn.Sequential(enc, dec)`, `net = SegmentationModule(encoder, decoder)`, then `seg(x)` and
-    a backward in the loop): it holds the unwrapped model, so wrapping `enc` would sync nothing."""
-    scope = self.scope_of(definition)
-    for target, statement in self.c.assignments:
-        if target == expr or self.scope_of(statement) is not scope:
-            continue
-        small = statement.body[0]
-        chain = _call_chain(getattr(small, "value", None))
-        built = next((call for call in chain if _passes_name(call, expr)), None)
-        if built is None:
-            continue
-        qname = self.c.resolve(built.func) or ""
-        if N.is_optimizer(qname) or qname in N.DATAPARALLEL or not self.trained_through(target):
-            continue
-        moved = any(attribute_name(call.func) in N.MOVE_METHODS for call in chain) or self.is_moved(target)
-        if wrap_after is not None and self.comes_after(statement, wrap_after) and not moved:
-            continue  # built after the wrap, never moved: it holds the DDP wrapper, whose forward syncs
-        return target
-    return None
-
-
 def _call_chain(value: Optional[cst.CSTNode]) -> List[cst.Call]:
     """`nn.Sequential(a, b).cuda().train()` -> the three calls, outermost first."""
     calls = []
@@ -369,73 +55,8 @@ def _call_chain(value: Optional[cst.CSTNode]) -> List[cst.Call]:
     return calls
 
 
-def moves_itself(self, expr: str, definition: Statement) -> bool:
-    """Does this file move the model itself (`model.to(device)`, `Net().cuda()`, `model = model.cuda()`),
-    or build it with a device argument? When not, a helper (`get_network(args)`) decides its device."""
-    if any(attribute_name(call.func) in N.MOVE_METHODS for call in descendants(definition, cst.Call)):
-        return True
-    if any(isinstance(arg.value, cst.Name) and "device" in arg.value.value.lower()
-           for call in descendants(definition, cst.Call) for arg in call.args):
-        return True
-    scope = self.scope_of(definition)
-    for target, statement in self.c.assignments:
-        # `model_fine = None` ... `if fine: model_fine = NeRF(...).to(device)`: every build counts.
-        if target == expr and self.scope_of(statement) is scope and any(
-            attribute_name(call.func) in N.MOVE_METHODS for call in descendants(statement, cst.Call)
-        ):
-            return True
-    for call in self.c.calls:
-        if not isinstance(call.func, cst.Attribute) or attribute_name(call.func) not in N.MOVE_METHODS:
-            continue
-        receiver = call.func.value
-        # `model.cuda()`, or `DataParallel(model).cuda()`: the chain moves the model it wraps.
-        if self.scope_of(call) is scope and (
-            code_of(receiver) == expr or any(_passes_name(c, expr) for c in _call_chain(receiver))
-        ):
-            return True
-    return False
-
-
 # Builders whose models start on the CPU (torchvision.models.resnet50(), timm.create_model(...)).
 _CPU_BUILDERS = ("torch.", "torchvision.", "timm.", "transformers.", "torch_geometric.")
-
-
-def built_by_helper(self, definition: Statement) -> bool:
-    """Is the model built by a function of the project (`net = get_network(args)`), which may or
-    may not have moved it to a GPU? Classes (CapWords) and library builders start on the CPU."""
-    value = getattr(definition.body[0], "value", None) if isinstance(definition, cst.SimpleStatementLine) else None
-    chain = _call_chain(value)
-    if not chain:
-        return False
-    builder = chain[-1].func
-    if isinstance(builder, cst.Attribute):
-        name = builder.attr.value
-    elif isinstance(builder, cst.Name):
-        name = builder.value
-    else:
-        return False  # `models.__dict__[args.arch]()`: a registry of model classes
-    qname = self.c.resolve(builder) or ""
-    return bool(name) and name[:1].islower() and not qname.startswith(_CPU_BUILDERS)
-
-
-def assigned_none(self, expr: str, definition: Statement) -> bool:
-    """`model_fine = None` then `if args.N_importance > 0: model_fine = NeRF(...)`: it may stay None."""
-    scope = self.scope_of(definition)
-    return any(
-        target == expr and self.scope_of(statement) is scope
-        and isinstance(getattr(statement.body[0], "value", None), cst.Name)
-        and statement.body[0].value.value == "None"  # type: ignore[attr-defined]
-        for target, statement in self.c.assignments
-    )
-
-
-def is_moved(self, name: str) -> bool:
-    """Is `name.to(...)` / `name.cuda()` called anywhere (a container moves what it holds)?"""
-    return any(
-        attribute_name(call.func) in N.MOVE_METHODS and code_of(call.func.value) == name  # type: ignore[attr-defined]
-        for call in self.c.calls
-        if isinstance(call.func, cst.Attribute)
-    )
 
 
 def _passes_name(call: cst.Call, expr: str) -> bool:
@@ -447,163 +68,6 @@ def _passes_name(call: cst.Call, expr: str) -> bool:
     return False
 
 
-def trained_through(self, name: str) -> bool:
-    """Is `name(...)` called in a loop that trains (migrator.dataflow.calls)?"""
-    return any(
-        any(code_of(call.func) == name for call in self.calls_inside.get(loop, ())) and self.call_graph.trains(loop)
-        for loop in self.c.loops
-    )
-
-
-def loads_between(self, expr: str, start: Statement, end: Statement) -> Tuple[cst.Call, ...]:
-    """The calls loading a state dict into `expr` from `start` to `end` (same block)."""
-    block = self.block_of(start)
-    body = list(block.body) if block is not None else []  # type: ignore[union-attr]
-    if start not in body or end not in body:
-        return ()
-    return tuple(
-        call
-        for statement in body[body.index(start) : body.index(end) + 1]
-        for call in descendants(statement, cst.Call)
-        if attribute_name(call.func) == "load_state_dict" and code_of(call.func.value) == expr and call.args  # type: ignore[attr-defined]
-    )
-
-
-def moved_in_callee(self, expr: str, definition: Optional[Statement]) -> Optional[cst.Call]:
-    """A model the file never moves before its wrap, moved later by a function it is handed to:
-    `Trainer.__init__(self, model, gpu_id)` doing `self.model = model.to(gpu_id)`, followed by the
-    value flow (migrator.graph.flow), whatever the function calls it.
-
-    A DDP built on CPU parameters that are moved afterwards never sees the moved tensors; the file is
-    declined (DDP104) rather than wrapped in the wrong place."""
-    if definition is None:
-        return None
-    home = self.scope_of(definition)
-    value = self.values.follow(self.model_seeds(expr, home), MODEL, every=False)
-    for call in self.c.calls:
-        receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
-        if attribute_name(call.func) not in N.MOVE_METHODS or not isinstance(receiver, (cst.Name, cst.Attribute)):
-            continue
-        scope = self.scope_of(call)
-        if scope is not home and isinstance(scope, cst.FunctionDef) and value.holds(receiver):
-            return call
-    return None
-
-
-def model_seeds(self, expr: str, scope) -> list:
-    """The bindings of the model spelled `expr` where `scope` reads it (`self.x`: its class's)."""
-    if expr.startswith("self."):
-        cls = scope if isinstance(scope, cst.ClassDef) else self.enclosing_class(scope)
-        return list(self.c.bindings.get(cls, {}).get(expr, ())) if cls is not None else []
-    return list(self.c.visible(expr, scope)) if "." not in expr else []
-
-
-def owning_model(self, expr: str, update: cst.Call) -> Tuple[str, Optional[cst.SimpleStatementLine]]:
-    """The shortest prefix of `model.backbone` (never bare `self`) that is assigned in the update's scope."""
-    parts = expr.split(".")
-    for end in range(1, len(parts)):
-        prefix = ".".join(parts[:end])
-        if prefix == "self":
-            continue
-        definition = self.model_definition(prefix, update)
-        if definition is not None:
-            return prefix, definition
-    return expr, None
-
-def parameter_owners(self, update: cst.Call) -> List[str]:
-    """The models an update trains: an optimizer's parameter owners, or the receiver of a
-    hand-written update's `model.parameters()`."""
-    if update in self.c.manual_updates:
-        return [code_of(update.func.value)]  # type: ignore[attr-defined]
-    if update in self.c.optimizer_helpers:
-        return self.models_passed(update)
-    owners = _parameter_owners(update)
-    for owner in self.group_parameter_owners(update):
-        if owner not in owners:
-            owners.append(owner)
-    return owners or self.parameter_owners_nearby(update)
-
-
-def group_parameter_owners(self, optimizer_call: cst.Call) -> List[str]:
-    """`{"params": head.weight, "weight_decay": 4e-4}`: a module whose single Parameter trains.
-
-    Only a module (`head.cuda()`, `DataParallel(head)`, `head.train()`): `{"params": cfg.weights}`
-    never makes `cfg` a model."""
-    owners: List[str] = []
-    if not optimizer_call.args:
-        return owners
-    # `train_params = [{"params": model.get_1x_lr_params(), ...}]; SGD(train_params)` (deeplab)
-    for group in descendants(self.c.assigned_value(optimizer_call.args[0].value, optimizer_call), cst.Dict):
-        for element in group.elements:
-            key = getattr(element, "key", None)
-            if not isinstance(key, cst.SimpleString) or key.evaluated_value != "params":
-                continue
-            value = element.value
-            method = attribute_name(value.func) if isinstance(value, cst.Call) else None
-            if method is not None and method.endswith(("params", "parameters")) and isinstance(value.func, cst.Attribute):
-                # `model.get_10x_lr_params()`: a method of the model that yields its parameters
-                owner = code_of(value.func.value)
-                if owner not in owners and owner != "self":
-                    owners.append(owner)
-            elif isinstance(value, cst.Attribute) and isinstance(value.value, (cst.Name, cst.Attribute)):
-                owner = code_of(value.value)
-                if owner not in owners and self.used_as_module(value.value):
-                    owners.append(owner)
-    return owners
-
-def models_passed(self, helper: cst.Call) -> List[str]:
-    """The models handed to an optimizer-building helper: arguments used as modules elsewhere
-    (moved, wrapped in DataParallel, switched to train mode), so that `cfg` or `args` never are."""
-    if helper in self.c.trained_arguments:  # the callee's optimizer is built on these (project_training)
-        return [code_of(value) for value in self.c.trained_arguments[helper]]
-    found = []
-    for arg in helper.args:
-        expr = code_of(arg.value)
-        owners = _parameter_owners_in(self.c.parameters_value(arg.value, helper))
-        if owners:
-            found += [o for o in owners if o not in found]
-        elif isinstance(arg.value, (cst.Name, cst.Attribute)) and self.used_as_module(arg.value) and expr not in found:
-            found.append(expr)
-    return found
-
-def used_as_module(self, node: cst.BaseExpression) -> bool:
-    """Is the value `node` reads a module: switched to train mode, moved, asked for its parameters
-    or state, or wrapped in DataParallel, anywhere it flows (`cfg` or `args` never are)?"""
-    value = self.values.follow(self.c.bindings_of(node), MODEL, every=False)
-    for reference in value.references():
-        parent = self.parent(reference)
-        if isinstance(parent, cst.Attribute) and parent.value is reference and parent.attr.value in _MODULE_METHODS:
-            if isinstance(self.parent(parent), cst.Call):
-                return True
-        holder = self.parent(self.parent(reference)) if isinstance(parent, cst.Arg) else None
-        if isinstance(holder, cst.Call) and holder.args[0] is parent and self.c.resolve(holder.func) in N.DATAPARALLEL:
-            return True
-    return False
-
-def model_definition(self, expr: str, optimizer_call: cst.Call) -> Optional[cst.SimpleStatementLine]:
-    """The first statement assigning `expr` in the optimizer's function (or class, for self.x).
-
-    A function that updates a global model (`def train(): ... for p in model.parameters():`)
-    trains the one built at module level.
-    """
-    fn = self.enclosing_function(optimizer_call)
-    container: cst.CSTNode = fn or self.module
-    if expr.startswith("self."):
-        container = self.enclosing_class(optimizer_call) or container
-    for target, statement in self.c.assignments:
-        if target == expr and any(a is container for a in self.ancestors(statement)):
-            if not isinstance(self.block_of(statement), (cst.Module, cst.IndentedBlock)):
-                continue
-            if fn is not None and _unpacks_parameter(statement, self.c.params.get(fn, ())):
-                # `(enc, dec) = nets` with `nets` an argument: built by the caller, not here.
-                return None
-            return statement
-    if fn is not None and not expr.startswith("self.") and expr.split(".")[0] not in self.c.bound.get(fn, ()):
-        for target, statement in self.c.assignments:
-            if target == expr and self.scope_of(statement) is self.module:
-                return statement
-    return None
-
 def _unpacks_parameter(statement: cst.SimpleStatementLine, params) -> bool:
     small = statement.body[0]
     return (
@@ -611,117 +75,6 @@ def _unpacks_parameter(statement: cst.SimpleStatementLine, params) -> bool:
         and isinstance(small.value, cst.Name)
         and small.value.value in params
         and any(isinstance(t.target, (cst.Tuple, cst.List)) for t in small.targets)
-    )
-
-
-def branch_anchor(self, definition: cst.SimpleStatementLine) -> Statement:
-    """Where the walk to the wrap point starts: the definition, lifted out of the branches holding it.
-
-    A model chosen in `if args.arch == ...: / elif: / else:`, or unpickled in a resume branch,
-    is one model: it is wrapped once, after the whole `if` (and after the moves that follow
-    it), never inside each branch. Lifting goes through if/elif/else, try and with blocks, and
-    stops at loops and functions, and at a statement that itself holds the training loop
-    (`if args.train: model = Net(); for epoch ...`): there the wrap stays inside.
-    """
-    node: Statement = definition
-    while True:
-        holder = self.branch_holder(node)
-        if holder is None or self.holds_training(holder):
-            return node
-        node = holder
-
-def branch_holder(self, statement: Statement) -> Optional[Statement]:
-    """The if/try/with statement whose branch `statement` sits in (None: a loop, a def or the top)."""
-    branch_parts = (cst.IndentedBlock, cst.If, cst.Else, cst.Try, cst.ExceptHandler, cst.Finally, cst.With)
-    for anc in self.ancestors(statement):
-        if not isinstance(anc, branch_parts):
-            return None
-        if isinstance(anc, (cst.If, cst.Try, cst.With)) and self.block_of(anc) is not None:
-            return None if isinstance(anc, cst.If) and N.is_main_guard(anc.test) else anc
-    return None
-
-def holds_training(self, statement: Statement) -> bool:
-    """Does `statement` contain a loop that trains (backward, a step, or a call of this file's functions)?"""
-    fn = self.enclosing_function(statement)
-    return any(
-        self.is_inside(loop, statement) and self.enclosing_function(loop) is fn and self.loop_trains(loop)
-        for loop in self.c.loops
-    )
-
-
-def loop_trains(self, loop: cst.CSTNode) -> bool:
-    return self.call_graph.trains(loop)
-
-def last_preparation(self, expr: str, definition: Statement, keyed_from: Optional[Statement] = None) -> Statement:
-    """The last statement, before training starts, that still prepares the model.
-
-    Walks forward from the definition to the first loop (training) or return; statements
-    that move, compile, load or re-assign the model, also inside `if`/`with`/`try` blocks
-    (`if args.resume: model.load_state_dict(...)`), push the wrap further down: DDP must see the
-    model on its final device, and checkpoints load into it without a `module.` prefix.
-
-    `keyed_from`: the statement of a DataParallel script's `model = DataParallel(model)`. Checkpoints
-    loaded after it carry DataParallel's `module.` keys (and the script saves them so): they must
-    load into the wrapper, so loads after that line do not push the wrap down; moves still do.
-    """
-    block = self.block_of(definition)
-    body = list(block.body)  # type: ignore[union-attr]
-    last: Statement = definition
-    for statement in body[body.index(definition) + 1 :]:
-        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-            continue  # defined here, run later: neither a preparation nor training
-        if _returns(statement) or self.starts_training(statement, expr):
-            break
-        keyed = keyed_from is not None and (statement is keyed_from or self.comes_after(statement, keyed_from))
-        if self.prepares(statement, expr, loads=not keyed):
-            last = statement
-    return last
-
-def starts_training(self, statement: Statement, expr: str) -> bool:
-    """Is `statement` where training (or any use of the model in a loop) begins?
-
-    A loop that only builds parameter groups (`for k, v in model.named_parameters():`) or
-    renames checkpoint keys does not: the model is still being prepared after it (detectron-
-    and faster-rcnn-style scripts call `model.cuda()` and load a checkpoint below such loops).
-    """
-    if isinstance(statement, (cst.For, cst.While)):
-        body_names = _referenced_names(statement.body)
-        return self.holds_training(statement) or expr.split(".")[-1] in body_names
-    if not isinstance(statement, cst.SimpleStatementLine):
-        return self.holds_training(statement)
-    if any(call in self.c.trained_arguments for call in descendants(statement, cst.Call)):
-        return True  # `train(config, model, ...)` of a project module that trains it
-    return self.calls_training_function(statement)
-
-def calls_training_function(self, statement: cst.SimpleStatementLine) -> bool:
-    """`loss.backward()`, or `train(model, loader)`: a call of one of this file's functions that trains."""
-    return self.call_graph.trains(statement)
-
-def prepares(self, statement: Statement, expr: str, loads: bool = True) -> bool:
-    if isinstance(statement, cst.SimpleStatementLine):
-        inside = lambda s: s is statement  # noqa: E731
-    else:
-        inside = lambda s: self.is_inside(s, statement)  # noqa: E731
-    if any(t == expr and inside(s) for t, s in self.c.assignments):
-        return True
-    # `m = model.to(device)`: another name for the same module, which this moves
-    if isinstance(statement, cst.SimpleStatementLine) and any(
-        isinstance(small, cst.Assign) and isinstance(small.value, cst.Call) and isinstance(small.value.func, cst.Attribute)
-        and small.value.func.attr.value in N.MOVE_METHODS and code_of(small.value.func.value) == expr
-        for small in statement.body
-    ):
-        return True
-    if any(
-        r == expr and _prepares_model(meth) and (loads or not meth.startswith("load")) and inside(s)
-        for r, meth, s in self.c.expr_calls
-    ):
-        return True
-    # `init_network(model)`, `weights_init(net)`: a function that finishes the model it is handed
-    # (DDP broadcasts rank 0's parameters when it is built: a re-initialisation after it is not synced).
-    return any(
-        isinstance(call.func, cst.Name) and _prepares_model(call.func.value)
-        and any(code_of(arg.value) == expr for arg in call.args)
-        for call in descendants(statement, cst.Call)
     )
 
 
@@ -738,5 +91,639 @@ def _prepares_model(method: str) -> bool:
     return method in N.PREPARE_METHODS or method.lstrip("_").startswith(_BUILDING_PREFIXES)
 
 
-def is_dataparallel_if(self, statement: cst.If) -> bool:
-    return any(anc is statement for call in self.calls(N.DATAPARALLEL) for anc in self.ancestors(call))
+class ModelAnalysis:
+    """Models and DataParallel: which models train, and what each DataParallel site wraps."""
+
+    # -- models ------------------------------------------------------------------------
+    def dataparallel_site(self, call: cst.Call) -> DataParallelSite:
+        statement = self.statement_of(call)
+        chained = None
+        parent = self.parent(call)
+        if isinstance(parent, cst.Attribute) and parent.attr.value in N.MOVE_METHODS:
+            outer = self.parent(parent)
+            if isinstance(outer, cst.Call) and outer.func is parent:
+                chained = outer
+        top = chained or call
+        target = None
+        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+            small = statement.body[0]
+            if isinstance(small, cst.Assign) and small.value is top and len(small.targets) == 1:
+                target = code_of(small.targets[0].target)
+        inner = call.args[0].value if call.args and call.args[0].keyword is None else None
+        conditional = None
+        owner = self.parent(self.block_of(statement)) if statement is not None else None
+        if isinstance(owner, cst.If) and owner.orelse is None and N.is_gpu_count_test(owner.test):
+            others = [s for s in owner.body.body if s is not statement]
+            if all(N.is_log_statement(s) for s in others):
+                conditional = owner
+        return DataParallelSite(call, statement, target, inner, chained, conditional)  # type: ignore[arg-type]
+
+    def is_chained_dp(self, cuda_call: cst.Call, dp_sites: Sequence[DataParallelSite]) -> bool:
+        return any(site.chained is cuda_call for site in dp_sites)
+
+    def ddp_wrapped_targets(self) -> Set[str]:
+        targets = set()
+        for call in self.calls(N.DDP):
+            if call.args:
+                targets.add(code_of(call.args[0].value))
+            statement = self.statement_of(call)
+            if isinstance(statement, cst.SimpleStatementLine):
+                for small in statement.body:
+                    if isinstance(small, cst.Assign):
+                        targets.update(code_of(t.target) for t in small.targets)
+        return targets
+
+    def trained_models(self, dp_sites, ddp_targets: Set[str]) -> Tuple[ModelFact, ...]:
+        models: Dict[str, ModelFact] = {}
+        updates = [call for call, _ in self.c.optimizer_calls] + self.c.manual_updates + self.c.optimizer_helpers
+        for call in updates:
+            for expr in self.parameter_owners(call):
+                if expr in models or expr == "self":
+                    continue  # `self`: a module building its own optimizer (configure_optimizers) is not training
+                definition = self.model_definition(expr, call)
+                if definition is None and "." not in expr:
+                    # `def define_optimizer(g_model, ...)`: the model is built by the one caller that passes it.
+                    expr, definition = self.model_from_caller(expr, call)
+                    if expr in models:
+                        continue
+                if definition is None and "." in expr:
+                    # Parameter groups of submodules (`model.backbone.parameters()`, `net.linear1.parameters()`):
+                    # the model is the object they belong to, built here.
+                    expr, definition = self.owning_model(expr, call)
+                    if expr in models:
+                        continue
+                if definition is not None and not expr.startswith("self."):
+                    # `self.model, self.optimizer = model, optimizer`: from there on the model is `self.model`.
+                    expr, definition = self.kept_on_self(expr, definition)
+                    if expr in models:
+                        continue
+                sites = [
+                    s for s in dp_sites
+                    if (s.target == expr or (s.target or "").startswith(expr + ".")) and self.same_scope(s.statement, definition)
+                ]
+                anchor = self.branch_anchor(definition) if definition is not None else None
+                stripped = self.nested_sites(sites, definition, anchor)
+                plain_dp = None if stripped else next((s for s in sites if s.target == expr), None)
+                # An unconditional DataParallel keeps its `module.` keys (see DDP014); a conditional one does not.
+                first_dp = plain_dp or (stripped[0] if stripped else None)
+                dp_from = self.top_statement_in(first_dp.statement, self.block_of(anchor)) if first_dp is not None and anchor is not None else None
+                keyed_from = dp_from if plain_dp is not None and plain_dp.conditional is None else None
+                wrap_after = self.last_preparation(expr, anchor, keyed_from) if anchor is not None else None
+                if stripped:
+                    wrap_after = self.after_branches(stripped, anchor, wrap_after)
+                dp = None if stripped else next((s for s in sites if s.target == expr), None)
+                moved = self.moved_before_wrap(definition, anchor, wrap_after) if anchor is not None else True
+                # Handed to a project trainer that moves it (minGPT's `self.model = self.model.to(self.device)`):
+                # moved to this process's device before the wrap, so the trainer's move finds it there.
+                handed_to_mover = not moved and any(
+                    expr in (code_of(v) for v in self.c.trained_arguments.get(call, ())) for call in self.c.trained_moves
+                )
+                # A later move (`if args.half: model.half()`) pushed the wrap below a load that expected
+                # DataParallel's `module.` keys: that load now runs on the bare model, so it drops the
+                # prefix (DDP014) while the saves keep it, as before. Behind a conditional DataParallel
+                # (`if device == "cuda": net = DataParallel(net)`, stripped) the load read prefixed keys on one branch only, and the saves
+                # now write bare ones: dropping the prefix reads both.
+                bare_loads = self.loads_between(expr, dp_from, wrap_after) if dp_from is not None and wrap_after is not None else ()
+                models[expr] = ModelFact(
+                    expr=expr,
+                    optimizer_call=call,
+                    definition=definition,
+                    wrap_after=wrap_after,
+                    dataparallel=dp,
+                    stripped=stripped,
+                    already_ddp=expr in ddp_targets,
+                    scope=self.scope_of(definition) if definition is not None else None,
+                    device_expr=self.device_expr_at(definition, typed=True) if definition is not None else None,
+                    cuda_condition=self.cuda_condition(expr, anchor, wrap_after) if anchor is not None else None,
+                    moved=moved,
+                    bare_loads=bare_loads,
+                    held_by=self.held_before_wrap(expr, definition, wrap_after) if definition is not None else None,
+                    device_unknown=definition is not None and self.built_by_helper(definition) and not self.moves_itself(expr, definition),
+                    optional=definition is not None and self.assigned_none(expr, definition),
+                    moved_later=None if moved or handed_to_mover else self.moved_in_callee(expr, definition),
+                    move_to_local=handed_to_mover,
+                )
+        return tuple(models.values())
+
+    def same_scope(self, statement, definition) -> bool:
+        """Is `statement` about the same variable as `definition` (same function; same class for self.x)?"""
+        if definition is None:
+            return False
+        if self.scope_of(statement) is self.scope_of(definition):
+            return True
+        cls = self.enclosing_class(definition)
+        return cls is not None and cls is self.enclosing_class(statement)
+
+    def split_dataparallel(self, dp_sites, models) -> Tuple[Tuple[DataParallelSite, ...], Tuple[DataParallelSite, ...]]:
+        """DataParallel sites no model took over: blocking when they build a trained model, else left alone."""
+        taken = {id(s) for m_ in models for s in (m_.stripped or ((m_.dataparallel,) if m_.dataparallel else ()))}
+        blocking, other = [], []
+        for site in dp_sites:
+            if id(site) in taken:
+                continue
+            if self.feeds_trained_model(site, models) and not self.evaluates_after_training(site, models):
+                blocking.append(site)
+            else:
+                other.append(site)
+        return tuple(blocking), tuple(other)
+
+    def evaluates_after_training(self, site: DataParallelSite, models) -> bool:
+        """`model = DataParallel(model).cuda()` for the final test, after the training loop has run:
+        nothing trains through it (no optimizer takes its parameters afterwards)."""
+        if site.target in {m_.expr for m_ in models}:
+            return False
+        fn = self.enclosing_function(site.call)
+        return any(
+            self.enclosing_function(loop) is fn and self.comes_after(site.statement, loop) and self.loop_trains(loop)
+            for loop in self.c.loops
+        )
+
+    def feeds_trained_model(self, site: DataParallelSite, models) -> bool:
+        fn = self.enclosing_function(site.call)
+        for model in models:
+            if model.definition is None:
+                continue
+            if self.scope_of(site.statement) is self.scope_of(model.definition):
+                return True
+            if fn is not None and fn.name.value in _called_names(model.definition):
+                return True  # `model = build()` where build() returns DataParallel(...)
+        return False
+
+    def nested_sites(self, sites, definition, anchor) -> Tuple[DataParallelSite, ...]:
+        """DataParallel sites to unwrap in place: several, on a submodule, or in branches below the model's block.
+
+        One site in the model's own block (`model = DP(model)`, or the tutorial's
+        `if torch.cuda.device_count() > 1: model = DP(model)`) is simply replaced by the wrap.
+        """
+        if definition is None or not sites:
+            return ()
+        if len(sites) == 1:
+            site = sites[0]
+            holder = site.conditional or site.statement
+            if self.block_of(holder) is self.block_of(anchor) and "." not in (site.target or "").replace(
+                code_of_target(definition), "", 1
+            ):
+                return ()
+        return tuple(sites)
+
+    def after_branches(self, sites, anchor, wrap_after):
+        """The statement of the model's block that comes last among the branches holding `sites`."""
+        block = self.block_of(anchor)
+        body = list(block.body)  # type: ignore[union-attr]
+        last = body.index(wrap_after)
+        for site in sites:
+            top = self.top_statement_in(site.statement, block)
+            if top is not None:
+                last = max(last, body.index(top))
+        return body[last]
+
+    def parameter_owners_nearby(self, optimizer_call: cst.Call) -> List[str]:
+        """Parameter groups built beforehand (`decay = [p for n, p in model.named_parameters() ...]`).
+
+        Only the names the optimizer call uses are followed, to the statements of the same
+        function that assign or extend them.
+        """
+        names = _referenced_names(optimizer_call)
+        owners: List[str] = []
+        fn = self.enclosing_function(optimizer_call) or self.module
+        for target, statement in self.c.assignments:
+            if target in names and self.scope_of(statement) is self.scope_of(optimizer_call):
+                owners += [o for o in _parameter_owners_in(statement) if o not in owners]
+        for receiver, method, statement in self.c.expr_calls:
+            if receiver in names and method in ("append", "extend") and self.is_inside(statement, fn):
+                owners += [o for o in _parameter_owners_in(statement) if o not in owners]
+        for loop in self.c.loops:
+            if isinstance(loop, cst.For) and self.is_inside(loop, fn) and names & _referenced_names(loop.body):
+                owners += [o for o in _parameter_owners_in(loop.iter) if o not in owners]
+        return owners
+
+    def model_from_caller(self, param: str, update: cst.Call) -> Tuple[str, Optional[cst.SimpleStatementLine]]:
+        """A parameter of the function that builds the optimizer, traced to the one call of that function
+        in this file and to the statement there that builds the model it passes."""
+        fn = self.enclosing_function(update)
+        if fn is None or param not in [p.name.value for p in fn.params.params]:
+            return param, None
+        callers = [c for c in self.c.calls if isinstance(c.func, cst.Name) and c.func.value == fn.name.value]
+        if not callers or self.enclosing_class(fn) is not None:
+            return param, None
+        params = [p.name.value for p in fn.params.params]
+        found = set()
+        for call in callers:
+            passed = next(
+                (
+                    code_of(arg.value)
+                    for index, arg in enumerate(call.args)
+                    if isinstance(arg.value, (cst.Name, cst.Attribute))
+                    and (arg.keyword.value if arg.keyword is not None else (params[index] if arg.star == "" and index < len(params) else None)) == param
+                ),
+                None,
+            )
+            definition = self.model_definition(passed, call) if passed is not None else None
+            found.add((passed, definition))
+        # Every call (`main("warmup", model)`, then `main(run, model)` in a loop) must pass the same model.
+        if len(found) == 1:
+            passed, definition = found.pop()
+            if passed is not None and definition is not None:
+                return passed, definition
+        return param, None
+
+    def cuda_condition(self, expr: str, anchor: Statement, wrap_after: Statement) -> Optional[str]:
+        """The test guarding the model's `.cuda()` move (`if args.cuda: net.cuda()`), when that is how it
+        reaches a GPU: on a GPU machine run without the flag it stays on the CPU, where DDP needs
+        `device_ids=None`. None when the move is unconditional, in an else branch, or tests CUDA
+        availability itself (the default already does)."""
+        block = self.block_of(anchor)
+        body = list(block.body) if block is not None else []  # type: ignore[union-attr]
+        if anchor not in body or wrap_after not in body:
+            return None
+        region = body[body.index(anchor) : body.index(wrap_after) + 1]
+        moves = [s for r, meth, s in self.c.expr_calls if r == expr and meth == "cuda"]
+        moves += [s for t, s in self.c.assignments if t == expr and _calls_cuda(s)]
+        in_region = [m for m in moves if any(m is top or self.is_inside(m, top) for top in region)]
+        guards = {next((a for a in self.ancestors(m) if isinstance(a, cst.If)), None) for m in in_region}
+        if len(guards) != 1:
+            return None  # no move, or moves under different conditions (if/else arms): nothing simple to say
+        guard = guards.pop()
+        if guard is None or not any(guard is top or self.is_inside(guard, top) for top in region):
+            return None  # an unconditional move
+        if not all(self.is_inside(m, guard.body) for m in in_region) or _is_cuda_available_call(guard.test):
+            return None
+        if any(isinstance(a, cst.If) and any(a is top or self.is_inside(a, top) for top in region) for a in self.ancestors(guard)):
+            return None  # nested conditions: the innermost test alone is not the whole story
+        return code_of(guard.test)
+
+    def kept_on_self(self, expr: str, definition: cst.SimpleStatementLine) -> Tuple[str, cst.SimpleStatementLine]:
+        """`self.model = model` (or a tuple assignment) later in the same function: the attribute is the
+        model the rest of the class trains, moves and wraps; its statement is the definition."""
+        scope = self.scope_of(definition)
+        for target, statement in self.c.assignments:
+            if not target.startswith("self.") or self.scope_of(statement) is not scope:
+                continue
+            if not self.comes_after(statement, definition) or not isinstance(statement.body[0], cst.Assign):
+                continue
+            if self.block_of(statement) is None:
+                continue
+            if _assigned_from(statement.body[0], target) == expr:
+                return target, statement
+        return expr, definition
+
+    def moved_before_wrap(self, definition: Statement, anchor: Statement, wrap_after: Statement) -> bool:
+        """Is anything moved to a device (`.to(...)`, `.cuda()`) from the model's definition to its wrap,
+        or does a helper build it (`build_model(cfg, device)`: it may move it)? When neither, the model
+        stays where the file builds it, on the CPU."""
+        block = self.block_of(anchor)
+        body = list(block.body) if block is not None else []  # type: ignore[union-attr]
+        if anchor not in body or wrap_after not in body:
+            return True
+        region = body[body.index(anchor) : body.index(wrap_after) + 1]
+        if any(attribute_name(c.func) in N.MOVE_METHODS for top in region for c in descendants(top, cst.Call)):
+            return True
+        return any(isinstance(arg.value, cst.Name) and "device" in arg.value.value.lower()
+                   for c in descendants(definition, cst.Call) for arg in c.args)
+
+    def held_before_wrap(self, expr: str, definition: Statement, wrap_after: Optional[Statement]) -> Optional[str]:
+        """A module built from the bare model before its wrap point and trained through
+        (`seg = nn.Sequential(enc, dec)`, `net = SegmentationModule(encoder, decoder)`, then `seg(x)` and
+        a backward in the loop): it holds the unwrapped model, so wrapping `enc` would sync nothing."""
+        scope = self.scope_of(definition)
+        for target, statement in self.c.assignments:
+            if target == expr or self.scope_of(statement) is not scope:
+                continue
+            small = statement.body[0]
+            chain = _call_chain(getattr(small, "value", None))
+            built = next((call for call in chain if _passes_name(call, expr)), None)
+            if built is None:
+                continue
+            qname = self.c.resolve(built.func) or ""
+            if N.is_optimizer(qname) or qname in N.DATAPARALLEL or not self.trained_through(target):
+                continue
+            moved = any(attribute_name(call.func) in N.MOVE_METHODS for call in chain) or self.is_moved(target)
+            if wrap_after is not None and self.comes_after(statement, wrap_after) and not moved:
+                continue  # built after the wrap, never moved: it holds the DDP wrapper, whose forward syncs
+            return target
+        return None
+
+    def moves_itself(self, expr: str, definition: Statement) -> bool:
+        """Does this file move the model itself (`model.to(device)`, `Net().cuda()`, `model = model.cuda()`),
+        or build it with a device argument? When not, a helper (`get_network(args)`) decides its device."""
+        if any(attribute_name(call.func) in N.MOVE_METHODS for call in descendants(definition, cst.Call)):
+            return True
+        if any(isinstance(arg.value, cst.Name) and "device" in arg.value.value.lower()
+               for call in descendants(definition, cst.Call) for arg in call.args):
+            return True
+        scope = self.scope_of(definition)
+        for target, statement in self.c.assignments:
+            # `model_fine = None` ... `if fine: model_fine = NeRF(...).to(device)`: every build counts.
+            if target == expr and self.scope_of(statement) is scope and any(
+                attribute_name(call.func) in N.MOVE_METHODS for call in descendants(statement, cst.Call)
+            ):
+                return True
+        for call in self.c.calls:
+            if not isinstance(call.func, cst.Attribute) or attribute_name(call.func) not in N.MOVE_METHODS:
+                continue
+            receiver = call.func.value
+            # `model.cuda()`, or `DataParallel(model).cuda()`: the chain moves the model it wraps.
+            if self.scope_of(call) is scope and (
+                code_of(receiver) == expr or any(_passes_name(c, expr) for c in _call_chain(receiver))
+            ):
+                return True
+        return False
+
+    def built_by_helper(self, definition: Statement) -> bool:
+        """Is the model built by a function of the project (`net = get_network(args)`), which may or
+        may not have moved it to a GPU? Classes (CapWords) and library builders start on the CPU."""
+        value = getattr(definition.body[0], "value", None) if isinstance(definition, cst.SimpleStatementLine) else None
+        chain = _call_chain(value)
+        if not chain:
+            return False
+        builder = chain[-1].func
+        if isinstance(builder, cst.Attribute):
+            name = builder.attr.value
+        elif isinstance(builder, cst.Name):
+            name = builder.value
+        else:
+            return False  # `models.__dict__[args.arch]()`: a registry of model classes
+        qname = self.c.resolve(builder) or ""
+        return bool(name) and name[:1].islower() and not qname.startswith(_CPU_BUILDERS)
+
+    def assigned_none(self, expr: str, definition: Statement) -> bool:
+        """`model_fine = None` then `if args.N_importance > 0: model_fine = NeRF(...)`: it may stay None."""
+        scope = self.scope_of(definition)
+        return any(
+            target == expr and self.scope_of(statement) is scope
+            and isinstance(getattr(statement.body[0], "value", None), cst.Name)
+            and statement.body[0].value.value == "None"  # type: ignore[attr-defined]
+            for target, statement in self.c.assignments
+        )
+
+    def is_moved(self, name: str) -> bool:
+        """Is `name.to(...)` / `name.cuda()` called anywhere (a container moves what it holds)?"""
+        return any(
+            attribute_name(call.func) in N.MOVE_METHODS and code_of(call.func.value) == name  # type: ignore[attr-defined]
+            for call in self.c.calls
+            if isinstance(call.func, cst.Attribute)
+        )
+
+    def trained_through(self, name: str) -> bool:
+        """Is `name(...)` called in a loop that trains (migrator.dataflow.calls)?"""
+        return any(
+            any(code_of(call.func) == name for call in self.calls_inside.get(loop, ())) and self.call_graph.trains(loop)
+            for loop in self.c.loops
+        )
+
+    def loads_between(self, expr: str, start: Statement, end: Statement) -> Tuple[cst.Call, ...]:
+        """The calls loading a state dict into `expr` from `start` to `end` (same block)."""
+        block = self.block_of(start)
+        body = list(block.body) if block is not None else []  # type: ignore[union-attr]
+        if start not in body or end not in body:
+            return ()
+        return tuple(
+            call
+            for statement in body[body.index(start) : body.index(end) + 1]
+            for call in descendants(statement, cst.Call)
+            if attribute_name(call.func) == "load_state_dict" and code_of(call.func.value) == expr and call.args  # type: ignore[attr-defined]
+        )
+
+    def moved_in_callee(self, expr: str, definition: Optional[Statement]) -> Optional[cst.Call]:
+        """A model the file never moves before its wrap, moved later by a function it is handed to:
+        `Trainer.__init__(self, model, gpu_id)` doing `self.model = model.to(gpu_id)`, followed by the
+        value flow (migrator.graph.flow), whatever the function calls it.
+
+        A DDP built on CPU parameters that are moved afterwards never sees the moved tensors; the file is
+        declined (DDP104) rather than wrapped in the wrong place."""
+        if definition is None:
+            return None
+        home = self.scope_of(definition)
+        value = self.values.follow(self.model_seeds(expr, home), MODEL, every=False)
+        for call in self.c.calls:
+            receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+            if attribute_name(call.func) not in N.MOVE_METHODS or not isinstance(receiver, (cst.Name, cst.Attribute)):
+                continue
+            scope = self.scope_of(call)
+            if scope is not home and isinstance(scope, cst.FunctionDef) and value.holds(receiver):
+                return call
+        return None
+
+    def model_seeds(self, expr: str, scope) -> list:
+        """The bindings of the model spelled `expr` where `scope` reads it (`self.x`: its class's)."""
+        if expr.startswith("self."):
+            cls = scope if isinstance(scope, cst.ClassDef) else self.enclosing_class(scope)
+            return list(self.c.bindings.get(cls, {}).get(expr, ())) if cls is not None else []
+        return list(self.c.visible(expr, scope)) if "." not in expr else []
+
+    def owning_model(self, expr: str, update: cst.Call) -> Tuple[str, Optional[cst.SimpleStatementLine]]:
+        """The shortest prefix of `model.backbone` (never bare `self`) that is assigned in the update's scope."""
+        parts = expr.split(".")
+        for end in range(1, len(parts)):
+            prefix = ".".join(parts[:end])
+            if prefix == "self":
+                continue
+            definition = self.model_definition(prefix, update)
+            if definition is not None:
+                return prefix, definition
+        return expr, None
+
+    def parameter_owners(self, update: cst.Call) -> List[str]:
+        """The models an update trains: an optimizer's parameter owners, or the receiver of a
+        hand-written update's `model.parameters()`."""
+        if update in self.c.manual_updates:
+            return [code_of(update.func.value)]  # type: ignore[attr-defined]
+        if update in self.c.optimizer_helpers:
+            return self.models_passed(update)
+        owners = _parameter_owners(update)
+        for owner in self.group_parameter_owners(update):
+            if owner not in owners:
+                owners.append(owner)
+        return owners or self.parameter_owners_nearby(update)
+
+    def group_parameter_owners(self, optimizer_call: cst.Call) -> List[str]:
+        """`{"params": head.weight, "weight_decay": 4e-4}`: a module whose single Parameter trains.
+
+        Only a module (`head.cuda()`, `DataParallel(head)`, `head.train()`): `{"params": cfg.weights}`
+        never makes `cfg` a model."""
+        owners: List[str] = []
+        if not optimizer_call.args:
+            return owners
+        # `train_params = [{"params": model.get_1x_lr_params(), ...}]; SGD(train_params)` (deeplab)
+        for group in descendants(self.c.assigned_value(optimizer_call.args[0].value, optimizer_call), cst.Dict):
+            for element in group.elements:
+                key = getattr(element, "key", None)
+                if not isinstance(key, cst.SimpleString) or key.evaluated_value != "params":
+                    continue
+                value = element.value
+                method = attribute_name(value.func) if isinstance(value, cst.Call) else None
+                if method is not None and method.endswith(("params", "parameters")) and isinstance(value.func, cst.Attribute):
+                    # `model.get_10x_lr_params()`: a method of the model that yields its parameters
+                    owner = code_of(value.func.value)
+                    if owner not in owners and owner != "self":
+                        owners.append(owner)
+                elif isinstance(value, cst.Attribute) and isinstance(value.value, (cst.Name, cst.Attribute)):
+                    owner = code_of(value.value)
+                    if owner not in owners and self.used_as_module(value.value):
+                        owners.append(owner)
+        return owners
+
+    def models_passed(self, helper: cst.Call) -> List[str]:
+        """The models handed to an optimizer-building helper: arguments used as modules elsewhere
+        (moved, wrapped in DataParallel, switched to train mode), so that `cfg` or `args` never are."""
+        if helper in self.c.trained_arguments:  # the callee's optimizer is built on these (project_training)
+            return [code_of(value) for value in self.c.trained_arguments[helper]]
+        found = []
+        for arg in helper.args:
+            expr = code_of(arg.value)
+            owners = _parameter_owners_in(self.c.parameters_value(arg.value, helper))
+            if owners:
+                found += [o for o in owners if o not in found]
+            elif isinstance(arg.value, (cst.Name, cst.Attribute)) and self.used_as_module(arg.value) and expr not in found:
+                found.append(expr)
+        return found
+
+    def used_as_module(self, node: cst.BaseExpression) -> bool:
+        """Is the value `node` reads a module: switched to train mode, moved, asked for its parameters
+        or state, or wrapped in DataParallel, anywhere it flows (`cfg` or `args` never are)?"""
+        value = self.values.follow(self.c.bindings_of(node), MODEL, every=False)
+        for reference in value.references():
+            parent = self.parent(reference)
+            if isinstance(parent, cst.Attribute) and parent.value is reference and parent.attr.value in _MODULE_METHODS:
+                if isinstance(self.parent(parent), cst.Call):
+                    return True
+            holder = self.parent(self.parent(reference)) if isinstance(parent, cst.Arg) else None
+            if isinstance(holder, cst.Call) and holder.args[0] is parent and self.c.resolve(holder.func) in N.DATAPARALLEL:
+                return True
+        return False
+
+    def model_definition(self, expr: str, optimizer_call: cst.Call) -> Optional[cst.SimpleStatementLine]:
+        """The first statement assigning `expr` in the optimizer's function (or class, for self.x).
+
+        A function that updates a global model (`def train(): ... for p in model.parameters():`)
+        trains the one built at module level.
+        """
+        fn = self.enclosing_function(optimizer_call)
+        container: cst.CSTNode = fn or self.module
+        if expr.startswith("self."):
+            container = self.enclosing_class(optimizer_call) or container
+        for target, statement in self.c.assignments:
+            if target == expr and any(a is container for a in self.ancestors(statement)):
+                if not isinstance(self.block_of(statement), (cst.Module, cst.IndentedBlock)):
+                    continue
+                if fn is not None and _unpacks_parameter(statement, self.c.params.get(fn, ())):
+                    # `(enc, dec) = nets` with `nets` an argument: built by the caller, not here.
+                    return None
+                return statement
+        if fn is not None and not expr.startswith("self.") and expr.split(".")[0] not in self.c.bound.get(fn, ()):
+            for target, statement in self.c.assignments:
+                if target == expr and self.scope_of(statement) is self.module:
+                    return statement
+        return None
+
+    def branch_anchor(self, definition: cst.SimpleStatementLine) -> Statement:
+        """Where the walk to the wrap point starts: the definition, lifted out of the branches holding it.
+
+        A model chosen in `if args.arch == ...: / elif: / else:`, or unpickled in a resume branch,
+        is one model: it is wrapped once, after the whole `if` (and after the moves that follow
+        it), never inside each branch. Lifting goes through if/elif/else, try and with blocks, and
+        stops at loops and functions, and at a statement that itself holds the training loop
+        (`if args.train: model = Net(); for epoch ...`): there the wrap stays inside.
+        """
+        node: Statement = definition
+        while True:
+            holder = self.branch_holder(node)
+            if holder is None or self.holds_training(holder):
+                return node
+            node = holder
+
+    def branch_holder(self, statement: Statement) -> Optional[Statement]:
+        """The if/try/with statement whose branch `statement` sits in (None: a loop, a def or the top)."""
+        branch_parts = (cst.IndentedBlock, cst.If, cst.Else, cst.Try, cst.ExceptHandler, cst.Finally, cst.With)
+        for anc in self.ancestors(statement):
+            if not isinstance(anc, branch_parts):
+                return None
+            if isinstance(anc, (cst.If, cst.Try, cst.With)) and self.block_of(anc) is not None:
+                return None if isinstance(anc, cst.If) and N.is_main_guard(anc.test) else anc
+        return None
+
+    def holds_training(self, statement: Statement) -> bool:
+        """Does `statement` contain a loop that trains (backward, a step, or a call of this file's functions)?"""
+        fn = self.enclosing_function(statement)
+        return any(
+            self.is_inside(loop, statement) and self.enclosing_function(loop) is fn and self.loop_trains(loop)
+            for loop in self.c.loops
+        )
+
+    def loop_trains(self, loop: cst.CSTNode) -> bool:
+        return self.call_graph.trains(loop)
+
+    def last_preparation(self, expr: str, definition: Statement, keyed_from: Optional[Statement] = None) -> Statement:
+        """The last statement, before training starts, that still prepares the model.
+
+        Walks forward from the definition to the first loop (training) or return; statements
+        that move, compile, load or re-assign the model, also inside `if`/`with`/`try` blocks
+        (`if args.resume: model.load_state_dict(...)`), push the wrap further down: DDP must see the
+        model on its final device, and checkpoints load into it without a `module.` prefix.
+
+        `keyed_from`: the statement of a DataParallel script's `model = DataParallel(model)`. Checkpoints
+        loaded after it carry DataParallel's `module.` keys (and the script saves them so): they must
+        load into the wrapper, so loads after that line do not push the wrap down; moves still do.
+        """
+        block = self.block_of(definition)
+        body = list(block.body)  # type: ignore[union-attr]
+        last: Statement = definition
+        for statement in body[body.index(definition) + 1 :]:
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                continue  # defined here, run later: neither a preparation nor training
+            if _returns(statement) or self.starts_training(statement, expr):
+                break
+            keyed = keyed_from is not None and (statement is keyed_from or self.comes_after(statement, keyed_from))
+            if self.prepares(statement, expr, loads=not keyed):
+                last = statement
+        return last
+
+    def starts_training(self, statement: Statement, expr: str) -> bool:
+        """Is `statement` where training (or any use of the model in a loop) begins?
+
+        A loop that only builds parameter groups (`for k, v in model.named_parameters():`) or
+        renames checkpoint keys does not: the model is still being prepared after it (detectron-
+        and faster-rcnn-style scripts call `model.cuda()` and load a checkpoint below such loops).
+        """
+        if isinstance(statement, (cst.For, cst.While)):
+            body_names = _referenced_names(statement.body)
+            return self.holds_training(statement) or expr.split(".")[-1] in body_names
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return self.holds_training(statement)
+        if any(call in self.c.trained_arguments for call in descendants(statement, cst.Call)):
+            return True  # `train(config, model, ...)` of a project module that trains it
+        return self.calls_training_function(statement)
+
+    def calls_training_function(self, statement: cst.SimpleStatementLine) -> bool:
+        """`loss.backward()`, or `train(model, loader)`: a call of one of this file's functions that trains."""
+        return self.call_graph.trains(statement)
+
+    def prepares(self, statement: Statement, expr: str, loads: bool = True) -> bool:
+        if isinstance(statement, cst.SimpleStatementLine):
+            inside = lambda s: s is statement  # noqa: E731
+        else:
+            inside = lambda s: self.is_inside(s, statement)  # noqa: E731
+        if any(t == expr and inside(s) for t, s in self.c.assignments):
+            return True
+        # `m = model.to(device)`: another name for the same module, which this moves
+        if isinstance(statement, cst.SimpleStatementLine) and any(
+            isinstance(small, cst.Assign) and isinstance(small.value, cst.Call) and isinstance(small.value.func, cst.Attribute)
+            and small.value.func.attr.value in N.MOVE_METHODS and code_of(small.value.func.value) == expr
+            for small in statement.body
+        ):
+            return True
+        if any(
+            r == expr and _prepares_model(meth) and (loads or not meth.startswith("load")) and inside(s)
+            for r, meth, s in self.c.expr_calls
+        ):
+            return True
+        # `init_network(model)`, `weights_init(net)`: a function that finishes the model it is handed
+        # (DDP broadcasts rank 0's parameters when it is built: a re-initialisation after it is not synced).
+        return any(
+            isinstance(call.func, cst.Name) and _prepares_model(call.func.value)
+            and any(code_of(arg.value) == expr for arg in call.args)
+            for call in descendants(statement, cst.Call)
+        )
+
+    def is_dataparallel_if(self, statement: cst.If) -> bool:
+        return any(anc is statement for call in self.calls(N.DATAPARALLEL) for anc in self.ancestors(call))

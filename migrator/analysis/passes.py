@@ -1,7 +1,7 @@
 """`_Analysis`: turns the collected sites into facts.
 
-The steps by concern live in `entry.py`, `models.py`, `devices.py` and `imports.py` as plain
-functions taking the analysis; they are bound here as its methods.
+The steps by concern live in `entry.py`, `models.py`, `devices.py` and `imports.py`, each a
+mixin class of its methods that `_Analysis` is made of.
 """
 from __future__ import annotations
 
@@ -22,11 +22,15 @@ from migrator.analysis import distributed
 from migrator.analysis.spawn import spawn_facts
 from migrator.context import FileContext
 from migrator.tree import class_constructors, class_methods
-from migrator.analysis import devices as _devices, entry as _entry, imports as _imports, models as _models
+from migrator.analysis.devices import DeviceAnalysis
+from migrator.analysis.entry import EntryAnalysis, caller_entry
+from migrator.analysis.imports import ImportAnalysis
+from migrator.analysis.models import ModelAnalysis
 
 
-class _Analysis:
-    """Turns the collected sites into facts. Read-only; small named steps."""
+class _Analysis(EntryAnalysis, ModelAnalysis, DeviceAnalysis, ImportAnalysis):
+    """Turns the collected sites into facts. Read-only; small named steps, one concern per mixin
+    (entry.py, models.py, devices.py, imports.py)."""
 
     def __init__(self, module: cst.Module, c: _Collector, context: Optional[FileContext] = None,
                  source: Optional[str] = None) -> None:
@@ -107,7 +111,7 @@ class _Analysis:
         else:
             entry = None if import_time_model is not None else self.entry_point(guard, models, elsewhere)
         if entry is None and models and import_time_model is None and self.context is not None and self.context.set_up_by:
-            entry = _entry.caller_entry()
+            entry = caller_entry()
         device_var = self.entry_device_var(entry)
         helper_devices = self.helper_devices(models, entry)
         if helper_devices:
@@ -232,82 +236,9 @@ class _Analysis:
             ),
         )
 
-    # -- entry point -------------------------------------------------------------------
-    # (functions in migrator/analysis/entry.py)
-    entry_point = _entry.entry_point
-    trained_elsewhere = _entry.trained_elsewhere
-    import_time_model = _entry.import_time_model
-    hoist_into_guard = _entry.hoist_into_guard
-    guard_hoist = _entry.guard_hoist
-    holds_loop = _entry.holds_loop
-    top_statement_in = _entry.top_statement_in
-    reaches = _entry.reaches
-    builds_loaders = _entry.builds_loaders
-    entry_in_block = _entry.entry_in_block
-    needs_no_process_group = _entry.needs_no_process_group
 
-    # -- models ------------------------------------------------------------------------
-    # (functions in migrator/analysis/models.py)
-    dataparallel_site = _models.dataparallel_site
-    is_chained_dp = _models.is_chained_dp
-    ddp_wrapped_targets = _models.ddp_wrapped_targets
-    trained_models = _models.trained_models
-    same_scope = _models.same_scope
-    split_dataparallel = _models.split_dataparallel
-    feeds_trained_model = _models.feeds_trained_model
-    nested_sites = _models.nested_sites
-    after_branches = _models.after_branches
-    parameter_owners_nearby = _models.parameter_owners_nearby
-    model_definition = _models.model_definition
-    parameter_owners = _models.parameter_owners
-    owning_model = _models.owning_model
-    kept_on_self = _models.kept_on_self
-    cuda_condition = _models.cuda_condition
-    moved_before_wrap = _models.moved_before_wrap
-    moved_in_callee = _models.moved_in_callee
-    model_seeds = _models.model_seeds
-    loads_between = _models.loads_between
-    held_before_wrap = _models.held_before_wrap
-    trained_through = _models.trained_through
-    is_moved = _models.is_moved
-    evaluates_after_training = _models.evaluates_after_training
-    group_parameter_owners = _models.group_parameter_owners
-    moves_itself = _models.moves_itself
-    assigned_none = _models.assigned_none
-    built_by_helper = _models.built_by_helper
-    model_from_caller = _models.model_from_caller
-    models_passed = _models.models_passed
-    used_as_module = _models.used_as_module
-    last_preparation = _models.last_preparation
-    branch_anchor = _models.branch_anchor
-    branch_holder = _models.branch_holder
-    holds_training = _models.holds_training
-    loop_trains = _models.loop_trains
-    starts_training = _models.starts_training
-    calls_training_function = _models.calls_training_function
-    prepares = _models.prepares
-    is_dataparallel_if = _models.is_dataparallel_if
 
-    # -- devices -----------------------------------------------------------------------
-    # (functions in migrator/analysis/devices.py)
-    device_literal = _devices.device_literal
-    gpu_indexes = _devices.gpu_indexes
-    visible_devices = _devices.visible_devices
-    helper_devices = _devices.helper_devices
-    is_torch_device_call = _devices.is_torch_device_call
-    device_assignments = _devices.device_assignments
-    entry_device_var = _devices.entry_device_var
-    module_level_device_statement = _devices.module_level_device_statement
-    device_expr_at = _devices.device_expr_at
-    cuda_call = _devices.cuda_call
-    with_entry_device = _devices.with_entry_device
-    in_orelse = _devices.in_orelse
 
-    # -- imports -----------------------------------------------------------------------
-    # (functions in migrator/analysis/imports.py)
-    import_names = _imports.import_names
-    required_arguments = _imports.required_arguments
-    local_rank_arguments = _imports.local_rank_arguments
 
 
 def analyze(module: cst.Module, context: Optional[FileContext] = None, source: Optional[str] = None) -> ScriptFacts:
