@@ -1,7 +1,8 @@
 """One read-only pass over a script: everything the rules need to know, found once.
 
-Rules never walk the tree themselves; they read `ScriptFacts`. Names are resolved with
-libcst's QualifiedNameProvider, so `nn.DataParallel`, `torch.nn.DataParallel` and
+Rules never walk the tree themselves; they read `ScriptFacts`, and ask the graph it carries (the
+binding index and the value flow, migrator.graph). Names are resolved through the file's imports
+by the binding index, so `nn.DataParallel`, `torch.nn.DataParallel` and
 `from torch.nn import DataParallel as DP` are the same thing here.
 
 Layout, one concern per module:

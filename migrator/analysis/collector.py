@@ -86,33 +86,19 @@ class _Collector(NameIndex):
         # `optimizer = config.init_obj('optimizer', torch.optim, trainable)`.
         return any(_holds_parameters(self.parameters_value(arg.value, call)) for arg in call.args)
 
-    def _assignments_in_scope(self, name: str, user: cst.CSTNode) -> List[cst.Assign]:
-        """`name = ...` statements (single target) in the scope of `user` (a function's own locals)."""
-        owner = self.owner_of(user)
-        found = []
-        for target, statement in self.assignments:
-            small = statement.body[0]
-            if (target == name and isinstance(small, cst.Assign) and len(small.targets) == 1
-                    and isinstance(small.targets[0].target, cst.Name) and self.owner_of(statement) is owner):
-                found.append(small)
-        return found
-
     def assigned_value(self, value: cst.BaseExpression, user: cst.CSTNode) -> cst.BaseExpression:
-        """`train_params` -> the value it was assigned in `user`'s scope, once (a parameter-group
-        list); anything else, or a name assigned more than once, as it is."""
-        if isinstance(value, cst.Name):
-            found = self._assignments_in_scope(value.value, user)
-            if len(found) == 1:
-                return found[0].value
-        return value
+        """`train_params` -> the value it was given where it is read, when one assignment gives it
+        (a parameter-group list); anything else, or a name assigned more than once, as it is."""
+        found = [b for b in self.refers.get(value, ()) if b.kind == "assignment"] if isinstance(value, cst.Name) else []
+        return found[0].value if len(found) == 1 and found[0].value is not None else value
 
     def parameters_value(self, value: cst.BaseExpression, user: cst.CSTNode) -> cst.BaseExpression:
-        """`trainable` -> what it was assigned (`filter(..., model.parameters())`) in `user`'s scope,
-        for a name that holds a model's parameters (not an optimizer built on them); else as it is."""
+        """`trainable` -> what it was given (`filter(..., model.parameters())`), for a name that holds
+        a model's parameters (not an optimizer built on them); else as it is."""
         if isinstance(value, cst.Name):
-            for small in self._assignments_in_scope(value.value, user):
-                if _whole_parameters(small.value):
-                    return small.value
+            for binding in self.refers.get(value, ()):
+                if binding.kind == "assignment" and binding.value is not None and _whole_parameters(binding.value):
+                    return binding.value
         return value
 
     def visit_For(self, node: cst.For) -> None:

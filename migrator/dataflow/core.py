@@ -167,29 +167,11 @@ class FlowBase:
         return list(self.c.visible(model.expr, scope))
 
     # -- small helpers -------------------------------------------------------------------
-    def bound_params(self, fn: cst.FunctionDef) -> List[str]:
-        """The parameters a call fills, `self`/`cls` of a method left out."""
-        params = [p.name.value for p in fn.params.params]
-        if params and params[0] in ("self", "cls") and self.a.enclosing_class(fn) is not None:
-            params = params[1:]
-        return params
-
-    def argument_for(self, fn: cst.FunctionDef, call: cst.Call, param: str) -> Optional[str]:
-        params = self.bound_params(fn)
-        for index, arg in enumerate(call.args):
-            if arg.keyword is not None and arg.keyword.value == param:
-                return code_of(arg.value)
-            if arg.keyword is None and arg.star == "" and index < len(params) and params[index] == param:
-                return code_of(arg.value)
-        return None
-
-    def assigned_value(self, name: str, owner: ScopeOwner) -> Optional[cst.BaseExpression]:
-        for target, statement in self.c.assignments:
-            if target == name and self.a.scope_of(statement) is owner:
-                small = statement.body[0]
-                if isinstance(small, cst.Assign):
-                    return small.value
-        return None
+    def value_of(self, name: cst.CSTNode) -> Optional[cst.BaseExpression]:
+        """What a name holds where it is read: the value of the last binding it reads, when that
+        is a plain assignment (`sampler = DistributedSampler(ds)`, then `sampler=sampler`)."""
+        found = [b for b in self.c.refers.get(name, ()) if b.kind == "assignment" and b.value is not None]
+        return max(found, key=lambda b: b.position).value if found else None
 
     def calls_within(self, node: cst.CSTNode) -> List[cst.Call]:
         return self.a.calls_inside.get(node, [])

@@ -36,7 +36,8 @@ class EpochFlow(FlowBase):
             outer = self.enclosing_epoch_loop(call)
             if outer is None:
                 continue
-            spelled_there = self.attribute_at(call, inner) if inner.startswith("self.") else self.argument_for(fn, call, inner)
+            spelled_there = self.attribute_at(call, inner) if inner.startswith("self.") else next(
+                (code_of(value) for param, value in self.values.arguments(fn, call) if param.name == inner), None)
             if spelled_there is None and inner in self.c.bound.get(self.a.module, ()):
                 spelled_there = inner  # a module global, as in flat scripts with helpers
             if spelled_there is not None:

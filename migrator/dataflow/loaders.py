@@ -90,7 +90,7 @@ class LoaderFlow(EpochFlow):
     def has_distributed_sampler(self, call: cst.Call) -> bool:
         sampler = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "sampler"), None)
         if isinstance(sampler, cst.Name):
-            sampler = self.assigned_value(sampler.value, self.a.scope_of(call))
+            sampler = self.value_of(sampler)
         return isinstance(sampler, cst.Call) and self.c.resolve(sampler.func) in N.DISTRIBUTED_SAMPLER
 
     def loader_problem(self, call: cst.Call, dataset, statement) -> Optional[str]:
@@ -106,7 +106,7 @@ class LoaderFlow(EpochFlow):
     def is_iterable_dataset(self, dataset: cst.BaseExpression, at: cst.CSTNode) -> bool:
         value: Optional[cst.CSTNode] = dataset
         if isinstance(dataset, cst.Name):
-            value = self.assigned_value(dataset.value, self.a.scope_of(at))
+            value = self.value_of(dataset)
         if not isinstance(value, cst.Call):
             return False
         name = dotted_name(value.func)
