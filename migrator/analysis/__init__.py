@@ -6,7 +6,7 @@ by the binding index, so `nn.DataParallel`, `torch.nn.DataParallel` and
 `from torch.nn import DataParallel as DP` are the same thing here.
 
 Layout, one concern per module:
-  facts.py      the frozen facts (ScriptFacts and its parts) and LazyPositions
+  facts.py      the frozen facts (ScriptFacts and its parts); positions come from migrator.positions
   collector.py  the single traversal (_Collector)
   passes.py     _Analysis: tree helpers, the assembled facts and the flow facts; analyze()
   entry.py      the entry point; models.py models and DataParallel; devices.py devices and .cuda();
@@ -22,11 +22,10 @@ from migrator.analysis.facts import (
     EntryPoint,
     HelperDevice,
     ImportNames,
-    LazyPositions,
     ModelFact,
     ScriptFacts,
-    _OffsetState,
 )
+from migrator.positions import LazyPositions, _OffsetState
 from migrator.analysis.helpers import Block, Statement, code_of, code_of_target
 from migrator.analysis.passes import _Analysis, analyze
 from migrator.dataflow import LoaderFact, ModelUse, SaveSite

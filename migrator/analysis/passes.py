@@ -16,7 +16,8 @@ from migrator.dataflow import Flow
 from migrator.dataflow.calls import CallGraph
 from migrator.graph.flow import ValueFlow
 from migrator.analysis.collector import _Collector
-from migrator.analysis.facts import EntryPoint, LazyPositions, ModelFact, ScriptFacts
+from migrator.analysis.facts import EntryPoint, ModelFact, ScriptFacts
+from migrator.positions import LazyPositions
 from migrator.analysis.helpers import Block, Statement, _has_map_location
 from migrator.analysis import distributed
 from migrator.analysis.spawn import spawn_facts

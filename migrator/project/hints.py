@@ -12,7 +12,7 @@ from typing import Callable, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from migrator.analysis.facts import LazyPositions
+from migrator.positions import LazyPositions
 from migrator.options import Options
 from migrator.project.rewrite import ModuleRole, migrate_module
 from migrator.rules.modules import MODULE_NEEDS_MIGRATION, MODULE_SET_EPOCH

@@ -17,7 +17,7 @@ from typing import Dict, FrozenSet, Optional, Tuple, Union
 import libcst as cst
 
 from migrator import edits, suppress
-from migrator.analysis.facts import LazyPositions
+from migrator.positions import LazyPositions
 from migrator.analysis.passes import _analysis
 from migrator.codegen import check_parses, with_imports
 from migrator.options import Options
