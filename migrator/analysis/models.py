@@ -33,19 +33,6 @@ def _is_cuda_available_call(test: cst.BaseExpression) -> bool:
     return isinstance(test, cst.Call) and code_of(test.func).endswith("cuda.is_available")
 
 
-def _assigned_from(assign: cst.Assign, target: str) -> Optional[str]:
-    """What `target` gets in `assign`: `model` in `self.model = model` or `self.model, self.opt = model, opt`."""
-    for t in assign.targets:
-        if code_of(t.target) == target:
-            return code_of(assign.value)
-        if isinstance(t.target, (cst.Tuple, cst.List)) and isinstance(assign.value, (cst.Tuple, cst.List)):
-            names = [code_of(e.value) for e in t.target.elements]
-            values = [code_of(e.value) for e in assign.value.elements]
-            if target in names and len(names) == len(values):
-                return values[names.index(target)]
-    return None
-
-
 def _call_chain(value: Optional[cst.CSTNode]) -> List[cst.Call]:
     """`nn.Sequential(a, b).cuda().train()` -> the three calls, outermost first."""
     calls = []
@@ -298,32 +285,18 @@ class ModelAnalysis:
         return owners
 
     def model_from_caller(self, param: str, update: cst.Call) -> Tuple[str, Optional[cst.SimpleStatementLine]]:
-        """A parameter of the function that builds the optimizer, traced to the one call of that function
-        in this file and to the statement there that builds the model it passes."""
+        """A parameter of the function that builds the optimizer, traced to the calls of that function
+        in this file (the value flow's arguments) and to the statement there that builds the model
+        they pass: every call (`main("warmup", model)`, then `main(run, model)`) must pass the same."""
         fn = self.enclosing_function(update)
-        if fn is None or param not in [p.name.value for p in fn.params.params]:
+        if fn is None or self.enclosing_class(fn) is not None:
             return param, None
-        callers = [c for c in self.c.calls if isinstance(c.func, cst.Name) and c.func.value == fn.name.value]
-        if not callers or self.enclosing_class(fn) is not None:
-            return param, None
-        params = [p.name.value for p in fn.params.params]
-        found = set()
-        for call in callers:
-            passed = next(
-                (
-                    code_of(arg.value)
-                    for index, arg in enumerate(call.args)
-                    if isinstance(arg.value, (cst.Name, cst.Attribute))
-                    and (arg.keyword.value if arg.keyword is not None else (params[index] if arg.star == "" and index < len(params) else None)) == param
-                ),
-                None,
-            )
-            definition = self.model_definition(passed, call) if passed is not None else None
-            found.add((passed, definition))
-        # Every call (`main("warmup", model)`, then `main(run, model)` in a loop) must pass the same model.
+        found = {(edge.source.name, self.model_definition(edge.source.name, edge.site))  # type: ignore[arg-type]
+                 for binding in self.c.bindings.get(fn, {}).get(param, ()) if binding.kind == "parameter"
+                 for edge in self.values.edges_into(binding)}
         if len(found) == 1:
             passed, definition = found.pop()
-            if passed is not None and definition is not None:
+            if definition is not None:
                 return passed, definition
         return param, None
 
@@ -356,15 +329,14 @@ class ModelAnalysis:
         """`self.model = model` (or a tuple assignment) later in the same function: the attribute is the
         model the rest of the class trains, moves and wraps; its statement is the definition."""
         scope = self.scope_of(definition)
-        for target, statement in self.c.assignments:
-            if not target.startswith("self.") or self.scope_of(statement) is not scope:
+        for binding in self.model_seeds(expr, scope):
+            if binding.statement is not definition:
                 continue
-            if not self.comes_after(statement, definition) or not isinstance(statement.body[0], cst.Assign):
-                continue
-            if self.block_of(statement) is None:
-                continue
-            if _assigned_from(statement.body[0], target) == expr:
-                return target, statement
+            for edge in self.values.edges_from(binding):
+                statement = edge.target.statement
+                if (edge.kind in ("alias", "unpack") and edge.target.name.startswith("self.") and self.scope_of(statement) is scope
+                        and self.comes_after(statement, definition) and self.block_of(statement) is not None):
+                    return edge.target.name, statement  # type: ignore[return-value]
         return expr, definition
 
     def moved_before_wrap(self, definition: Statement, anchor: Statement, wrap_after: Statement) -> bool:
@@ -593,27 +565,26 @@ class ModelAnalysis:
         return False
 
     def model_definition(self, expr: str, optimizer_call: cst.Call) -> Optional[cst.SimpleStatementLine]:
-        """The first statement assigning `expr` in the optimizer's function (or class, for self.x).
-
-        A function that updates a global model (`def train(): ... for p in model.parameters():`)
-        trains the one built at module level.
-        """
+        """The first statement binding `expr` where the optimizer's function reads it (its own, or an
+        enclosing scope's: a function that updates a global model, `def train(): ... for p in
+        model.parameters():`, trains the one built at module level); for `self.x`, the class's."""
         fn = self.enclosing_function(optimizer_call)
-        container: cst.CSTNode = fn or self.module
-        if expr.startswith("self."):
-            container = self.enclosing_class(optimizer_call) or container
-        for target, statement in self.c.assignments:
-            if target == expr and any(a is container for a in self.ancestors(statement)):
-                if not isinstance(self.block_of(statement), (cst.Module, cst.IndentedBlock)):
-                    continue
-                if fn is not None and _unpacks_parameter(statement, self.c.params.get(fn, ())):
-                    # `(enc, dec) = nets` with `nets` an argument: built by the caller, not here.
-                    return None
-                return statement
-        if fn is not None and not expr.startswith("self.") and expr.split(".")[0] not in self.c.bound.get(fn, ()):
-            for target, statement in self.c.assignments:
-                if target == expr and self.scope_of(statement) is self.module:
-                    return statement
+        if expr.startswith("self.") and expr.count(".") == 1:
+            cls = self.enclosing_class(optimizer_call)
+            found = list(self.c.bindings.get(cls, {}).get(expr, ())) if cls is not None else []
+        elif "." not in expr:
+            found = list(self.c.visible(expr, fn or self.module))
+        else:
+            return None  # `model.backbone`: the model it belongs to is its owner (owning_model)
+        for binding in sorted(found, key=lambda b: self.c.order.get(b.statement, 0)):
+            statement = binding.statement
+            if binding.kind not in ("assignment", "unpacking", "attribute") or not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            if not isinstance(self.block_of(statement), (cst.Module, cst.IndentedBlock)):
+                continue
+            if fn is not None and _unpacks_parameter(statement, self.c.params.get(fn, ())):
+                return None  # `(enc, dec) = nets` with `nets` an argument: built by the caller, not here.
+            return statement
         return None
 
     def branch_anchor(self, definition: cst.SimpleStatementLine) -> Statement:
