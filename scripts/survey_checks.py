@@ -117,8 +117,12 @@ def wrap_target(stmt: ast.stmt) -> Optional[str]:
     return None
 
 
-def resets(stmt: ast.stmt, key: str) -> bool:
-    """Does `stmt` bind `key` to a new object (`model = Net()`), ending what wrapped it before?"""
+def resets(stmt: ast.stmt, key: str, rebinders: Sequence[str] = ()) -> bool:
+    """Does `stmt` bind `key` to a new object (`model = Net()`, or a call of a function of the file
+    that rebinds the global: `model_load(path)` with `global model` in it), ending what wrapped it
+    before?"""
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Name):
+        return stmt.value.func.id in rebinders
     if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is None or is_wrap(stmt.value):
         return False
     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
@@ -138,14 +142,25 @@ def moved(stmt: ast.stmt) -> Optional[str]:
 Done = List[Tuple[str, int]]  # (wrapped target, index of its statement in the scope)
 
 
-def live_wrap(key: str, here: int, done: Done, scope: Sequence[Tuple[ast.stmt, Path]]) -> Optional[ast.stmt]:
+def live_wrap(key: str, here: int, done: Done, scope: Sequence[Tuple[ast.stmt, Path]],
+              rebinders: Sequence[str] = ()) -> Optional[ast.stmt]:
     """An earlier wrap of `key` on a common path with statement `here`, not reset in between."""
     for wrapped, at in reversed(done):
         if wrapped != key or exclusive(scope[at][1], scope[here][1]):
             continue
-        if not any(resets(stmt, key) for stmt, _ in scope[at + 1 : here]):
+        if not any(resets(stmt, key, rebinders) for stmt, _ in scope[at + 1 : here]):
             return scope[at][0]
     return None
+
+
+def global_rebinders(tree: ast.AST, key: str) -> List[str]:
+    """The module's functions that declare `global key` and assign it (a resume helper)."""
+    return [
+        node.name for node in getattr(tree, "body", ())
+        if isinstance(node, ast.FunctionDef)
+        and any(isinstance(n, ast.Global) and key in n.names for n in ast.walk(node))
+        and any(isinstance(n, ast.Name) and n.id == key and isinstance(n.ctx, ast.Store) for n in ast.walk(node))
+    ]
 
 
 # ---------------------------------------------------------------- "wrong" checks
@@ -180,7 +195,7 @@ def after_wraps(
         done: Done = []
         for here, (stmt, _) in enumerate(statements):
             for key in keys_of(stmt):
-                earlier = live_wrap(key, here, done, statements)
+                earlier = live_wrap(key, here, done, statements, global_rebinders(tree, key) if scope is tree else ())
                 if earlier:
                     yield stmt, key, earlier
                     break

@@ -74,6 +74,17 @@ def test_idempotence_problems():
             id="two-functions",
         ),
         pytest.param("model = DDP(model)\nmodel = Net()\nmodel = DDP(model)\n", id="new-model-between"),
+        pytest.param(
+            """
+            def model_load(fn):
+                global model
+                model = torch.load(fn)
+            model = DDP(model)
+            model_load(path)
+            model = DDP(model)
+            """,
+            id="reloaded-by-a-global-helper",
+        ),
     ],
 )
 def test_double_wrap_passes(source):
@@ -104,6 +115,17 @@ def test_double_wrap_passes(source):
         ),
         pytest.param("model = DDP(DDP(model))\n", id="ddp-of-ddp"),
         pytest.param("model = DDP(net)\nouter = DDP(model)\n", id="argument-already-wrapped"),
+        pytest.param(
+            """
+            def show(fn):
+                global model
+                print(model)
+            model = DDP(model)
+            show(path)
+            model = DDP(model)
+            """,
+            id="a-global-helper-that-only-reads",
+        ),
     ],
 )
 def test_double_wrap_fails(source):

@@ -10,7 +10,6 @@ from migrator.graph.bindings import ScopeOwner
 from migrator.positions import LazyPositions
 from migrator.dataflow import LoaderFact, ModelUse, SaveSite
 from migrator.analysis.distributed import Distributed
-from migrator.analysis.spawn import SpawnFacts
 from migrator.analysis.helpers import Block, Statement
 
 
@@ -187,7 +186,6 @@ class ScriptFacts:
     # (main guard, first statement): the module-level set-up from that statement on moves into
     # the guard, after the process group's setup (analysis.entry.guard_hoist)
     hoisted_into_guard: Optional[Tuple[cst.If, Statement]] = None
-    spawn: Optional[SpawnFacts] = None  # workers started with mp.spawn: what --spawn does (None: none here)
     # Calls of the script that train through a module migrated with it (`Solver(loader, config)`,
     # FileContext.trains_through): the script trains, though it builds no model itself.
     trained_elsewhere: Tuple[cst.Call, ...] = ()
@@ -209,6 +207,9 @@ class ScriptFacts:
     def resolve(self, node: cst.CSTNode) -> Optional[str]:
         """The qualified name of a Name/Attribute chain rooted in an import (`nn.Linear` -> `torch.nn.Linear`)."""
         return self.index.resolve(node)
+
+    def enclosing_function(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
+        return next((a for a in self.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         current = self.parents.get(node)

@@ -329,7 +329,7 @@ class ModelAnalysis:
         """`self.model = model` (or a tuple assignment) later in the same function: the attribute is the
         model the rest of the class trains, moves and wraps; its statement is the definition."""
         scope = self.scope_of(definition)
-        for binding in self.model_seeds(expr, scope):
+        for binding in self.c.holding(expr, scope):
             if binding.statement is not definition:
                 continue
             for edge in self.values.edges_from(binding):
@@ -466,7 +466,7 @@ class ModelAnalysis:
         if definition is None:
             return None
         home = self.scope_of(definition)
-        value = self.values.follow(self.model_seeds(expr, home), MODEL, every=False)
+        value = self.values.follow(self.c.holding(expr, home), MODEL, every=False)
         for call in self.c.calls:
             receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
             if attribute_name(call.func) not in N.MOVE_METHODS or not isinstance(receiver, (cst.Name, cst.Attribute)):
@@ -475,13 +475,6 @@ class ModelAnalysis:
             if scope is not home and isinstance(scope, cst.FunctionDef) and value.holds(receiver):
                 return call
         return None
-
-    def model_seeds(self, expr: str, scope) -> list:
-        """The bindings of the model spelled `expr` where `scope` reads it (`self.x`: its class's)."""
-        if expr.startswith("self."):
-            cls = scope if isinstance(scope, cst.ClassDef) else self.enclosing_class(scope)
-            return list(self.c.bindings.get(cls, {}).get(expr, ())) if cls is not None else []
-        return list(self.c.visible(expr, scope)) if "." not in expr else []
 
     def owning_model(self, expr: str, update: cst.Call) -> Tuple[str, Optional[cst.SimpleStatementLine]]:
         """The shortest prefix of `model.backbone` (never bare `self`) that is assigned in the update's scope."""
@@ -573,10 +566,13 @@ class ModelAnalysis:
             cls = self.enclosing_class(optimizer_call)
             found = list(self.c.bindings.get(cls, {}).get(expr, ())) if cls is not None else []
         elif "." not in expr:
-            found = list(self.c.visible(expr, fn or self.module))
+            reader = fn or self.module
+            # The scope's own statements first: a `global model` assignment in another function
+            # (a resume helper's `model = torch.load(f)`) runs only when that function does.
+            found = sorted(self.c.holding(expr, reader), key=lambda b: self.scope_of(b.statement) is not reader)
         else:
             return None  # `model.backbone`: the model it belongs to is its owner (owning_model)
-        for binding in sorted(found, key=lambda b: self.c.order.get(b.statement, 0)):
+        for binding in sorted(found, key=lambda b: self.c.order.get(b.statement, 0)) if expr.startswith("self.") else found:
             statement = binding.statement
             if binding.kind not in ("assignment", "unpacking", "attribute") or not isinstance(statement, cst.SimpleStatementLine):
                 continue

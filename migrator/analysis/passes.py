@@ -20,7 +20,6 @@ from migrator.analysis.facts import EntryPoint, ModelFact, ScriptFacts
 from migrator.positions import LazyPositions
 from migrator.analysis.helpers import Block, Statement, _has_map_location
 from migrator.analysis import distributed
-from migrator.analysis.spawn import spawn_facts
 from migrator.context import FileContext
 from migrator.tree import class_constructors, class_methods
 from migrator.analysis.devices import DeviceAnalysis
@@ -172,7 +171,6 @@ class _Analysis(EntryAnalysis, ModelAnalysis, DeviceAnalysis, ImportAnalysis):
             assigns=tuple(self.c.assign_nodes),
             import_statements=tuple(self.c.import_statements),
             functions=tuple(self.c.functions),
-            spawn=spawn_facts(self),
             index=self.c,
             trained_elsewhere=elsewhere if entry is not None and entry.kind != "caller" else (),
             **self.flow_facts(models, entry),

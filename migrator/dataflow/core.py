@@ -158,15 +158,8 @@ class FlowBase:
     def model_bindings(self, model: Model):
         """The bindings of the model where it is wrapped, or built (`self.model`: the class's)."""
         where = model.wrap_after if model.wrap_after is not None else getattr(model, "definition", None)
-        scope = self.a.scope_of(where) if where is not None else self.a.module
-        if model.expr.startswith("self."):
-            cls = self.a.enclosing_class(where) if where is not None else None
-            return list(self.c.bindings.get(cls, {}).get(model.expr, ())) if cls is not None else []
-        if "." in model.expr:
-            return []
-        return list(self.c.visible(model.expr, scope))
+        return self.c.holding(model.expr, self.a.scope_of(where) if where is not None else self.a.module)
 
-    # -- small helpers -------------------------------------------------------------------
     def value_of(self, name: cst.CSTNode) -> Optional[cst.BaseExpression]:
         """What a name holds where it is read: the value of the last binding it reads, when that
         is a plain assignment (`sampler = DistributedSampler(ds)`, then `sampler=sampler`)."""

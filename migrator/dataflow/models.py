@@ -91,7 +91,24 @@ class ModelFlow(FlowBase):
                 continue  # `model = model.train()`: nn.Module methods return the (wrapped) module itself
             if statement not in found:
                 found.append(statement)
+        found += [s for s in self._reloads(model, owner) if s not in found]
         return tuple(found)
+
+    def _reloads(self, model: Model, owner) -> List[Statement]:
+        """`model_load(path)` after the wrap, a function of the file whose `global model` rebinds
+        the model (awd-lstm's resume helper, called again for the best checkpoint): the model is
+        reloaded there too."""
+        if owner is not self.a.module or "." in model.expr:
+            return []
+        helpers = {self.a.enclosing_function(b.statement) for b in self.model_bindings(model)
+                   if b.scope is owner and b.kind in ("assignment", "unpacking")} - {None}
+        found = []
+        for call in self.calls_within(owner) if helpers else ():
+            statement = self.a.statement_of(call)
+            if (self.callee(call) in helpers and self.a.scope_of(call) is owner and isinstance(statement, cst.SimpleStatementLine)
+                    and self.a.comes_after(statement, model.wrap_after)):
+                found.append(statement)
+        return found
 
     def holds_wrapped(self, model: Model, node: Optional[cst.CSTNode]) -> bool:
         return node is not None and self.wrapped(model).holds(node)

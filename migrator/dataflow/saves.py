@@ -295,7 +295,8 @@ class SaveFlow(FlowBase):
         ) and (fn is None or iterated not in self.c.bound.get(fn, ()))
 
     def reads_after_write(self, saves: Tuple[SaveSite, ...]) -> Tuple[Statement, ...]:
-        """Top-level statements that load a checkpoint this script wrote earlier in the same function.
+        """Top-level statements that load a checkpoint this script wrote earlier in the same function
+        (itself, or by a call of the helper that writes it: `model_save(path)` ... `model_load(path)`).
 
         Rank 0 alone writes it now, so every rank waits at a barrier before reading it back; only
         at the top of a function body, where every rank is sure to arrive.
@@ -308,8 +309,8 @@ class SaveFlow(FlowBase):
             if top is None or top in found or self.a.holds_loop(top):
                 continue
             if any(
-                self.a.enclosing_function(site.call) is self.a.enclosing_function(call) and self.a.comes_after(call, site.call)
-                for site in saves
+                self.a.enclosing_function(written) is self.a.enclosing_function(call) and self.a.comes_after(call, written)
+                for site in saves for written in (site.call, *(site.guard if site.inner is not None else ()))  # or its helper's calls
             ):
                 found.append(top)
         return tuple(found)

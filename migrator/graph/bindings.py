@@ -373,6 +373,18 @@ class NameIndex(Visitor):
         """The bindings `name` may read anywhere in `scope` (not only those before some point)."""
         return self._lookup(name, scope, (), 1 << 62)
 
+    def holding(self, name: str, scope: ScopeOwner) -> List[Binding]:
+        """The bindings of `name` that may hold a value made at run time where `scope` reads it
+        (`self.x`: the class's); not an import, a def or a class that share its name."""
+        if name.startswith("self."):
+            cls = scope
+            while cls is not None and not isinstance(cls, cst.ClassDef):
+                cls = self.scope_parent.get(cls)
+            found: Tuple[Binding, ...] = tuple(self.bindings.get(cls, {}).get(name, ())) if cls is not None else ()
+        else:
+            found = self.visible(name, scope) if "." not in name else ()
+        return [b for b in found if b.kind not in ("import", "function", "class")]
+
     def bindings_of(self, node: cst.CSTNode) -> Tuple[Binding, ...]:
         """What `node` is: the bindings a reference reads, or the binding a target makes."""
         found = self.refers.get(node)

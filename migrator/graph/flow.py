@@ -200,6 +200,9 @@ class ValueFlow:
         return self.index.order.get(node, -1) > self.index.ends.get(since, 1 << 62)
 
 
+_NOT_VALUES = frozenset({"import", "function", "class"})
+
+
 @dataclass
 class Value:
     """The bindings that hold one value, and the edges it took to reach them."""
@@ -214,7 +217,9 @@ class Value:
     def holds(self, node: cst.CSTNode) -> bool:
         """Is `node` (a Name or `self.x` that reads bindings) this value (on every binding it reads,
         or on one of them: `every`)?"""
-        read = self.index.refers.get(node)
+        # An import, def or class the name also binds holds no value made at run time: `import
+        # model` then `model = model.RNNModel(...)`, and a function reading the global later.
+        read = tuple(b for b in self.index.refers.get(node, ()) if b.kind not in _NOT_VALUES)
         if not read or not (all if self.every else any)(binding in self.bindings for binding in read):
             return False
         if self.since is None or not any(binding in self.seeds for binding in read):

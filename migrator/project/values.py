@@ -127,7 +127,7 @@ class _Reading:
     def model_bindings(self, model: Model) -> List[Binding]:
         expr, where = (model, None) if isinstance(model, str) else model
         return [b for names in self.c.bindings.values() for b in names.get(expr, ())
-                if where is None or self.scope_name(b) == where]
+                if (where is None or self.scope_name(b) == where) and b.kind not in ("import", "function", "class")]
 
     def method(self, cls: cst.ClassDef, name: str) -> Optional[cst.FunctionDef]:
         found = self.c.bindings.get(cls, {}).get(name, ())

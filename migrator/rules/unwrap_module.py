@@ -620,13 +620,14 @@ def whole_model_saves(facts: ScriptFacts) -> List[Tuple[cst.CSTNode, ModelFact]]
     return found
 
 
-def _pickled_dict_elements(facts: ScriptFacts, call: cst.Call) -> List[cst.DictElement]:
-    """The values of the dict torch.save writes: a literal, or the dict last assigned to the name
-    it saves (the bindings that name reads there)."""
+def _pickled_dict_elements(facts: ScriptFacts, call: cst.Call) -> List[cst.BaseElement]:
+    """The items of the dict, list or tuple torch.save writes: a display, or the one last assigned
+    to the name it saves (the bindings that name reads there)."""
+    displays = (cst.Dict, cst.List, cst.Tuple)
     value = call.args[0].value if call.args else None
     if isinstance(value, cst.Name):
-        assigned = [b for b in facts.index.refers.get(value, ()) if isinstance(b.value, cst.Dict) and not b.path]
+        assigned = [b for b in facts.index.refers.get(value, ()) if isinstance(b.value, displays) and not b.path]
         value = max(assigned, key=lambda b: b.position).value if assigned else value
-    if not isinstance(value, cst.Dict):
+    if not isinstance(value, displays):
         return []
-    return [element for element in value.elements if isinstance(element, cst.DictElement)]
+    return [element for element in value.elements if isinstance(element, (cst.DictElement, cst.Element))]

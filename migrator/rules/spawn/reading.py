@@ -1,6 +1,6 @@
 """Scripts that start their own workers with mp.spawn: what makes one a torchrun script, or why not.
 
-Read for `--spawn` (rules.spawn). Such a script (`mp.spawn(main_worker, nprocs=ngpus,
+Read for `--spawn` (migrator.rules.spawn). Such a script (`mp.spawn(main_worker, nprocs=ngpus,
 args=(ngpus, args))`, each worker calling `init_process_group(..., init_method="tcp://...",
 world_size=..., rank=...)`) is distributed already. Under torchrun the processes exist before the
 script runs, so the spawn becomes a direct call, `main_worker(local_rank, ngpus, args)` (the
@@ -24,7 +24,8 @@ with `join=False` or arguments that are not a literal tuple, several spawns, mp.
 worker that trains nothing, and a rendezvous set per environment (`if "SLURM_JOB_ID" in
 os.environ: args.rank = ...`) that the tool cannot map onto torchrun's.
 
-Read from the `_Analysis` once (spawn_facts); rules read the frozen result, ScriptFacts.spawn.
+DDP024's own reading of the script (spawn_facts), from ScriptFacts and the graph it carries; made
+only when `--spawn` asks for it.
 """
 from __future__ import annotations
 
@@ -106,9 +107,9 @@ class _Declined(Exception):
 
 def spawn_facts(analysis) -> Optional[SpawnFacts]:
     """None when the file starts no workers of its own."""
-    calls = analysis.calls(SPAWN)
-    inits = analysis.calls(N.INIT_PROCESS_GROUP)
-    processes = analysis.calls(PROCESS) if inits else []
+    calls = analysis.calls_of(SPAWN)
+    inits = analysis.calls_of(N.INIT_PROCESS_GROUP)
+    processes = analysis.calls_of(PROCESS) if inits else []
     if not calls and not processes:
         helper = _launch_helper(analysis)
         return SpawnFacts(declines=(helper,)) if helper is not None else None
@@ -134,12 +135,12 @@ def spawn_facts(analysis) -> Optional[SpawnFacts]:
 def _launch_helper(analysis) -> Optional[SpawnDecline]:
     """`launch(main, num_gpus, ...)` from another package (detectron2, YOLOX): it spawns the workers."""
     functions = {f.name.value for f in analysis.module.body if isinstance(f, cst.FunctionDef)}
-    for call in analysis.c.calls:
+    for call in analysis.index.calls:
         name = call.func.value if isinstance(call.func, cst.Name) else N.attribute_name(call.func)
         first = call.args[0].value if call.args and call.args[0].keyword is None else None
         if name not in _LAUNCH_HELPERS or name in functions or not isinstance(first, cst.Name) or first.value not in functions:
             continue
-        qualified = analysis.c.resolve(call.func) or ""
+        qualified = analysis.index.resolve(call.func) or ""
         if qualified.startswith("torch."):
             continue
         source = f" (from {qualified.rsplit('.', 1)[0]})" if "." in qualified else ""
@@ -230,7 +231,7 @@ class _Reader:
         return found
 
     def _launcher(self, statement: cst.SimpleStatementLine) -> ScopeOwner:
-        scope = self.a.scope_of(statement)
+        scope = self.a.owner_of(statement)
         for anc in self.a.ancestors(statement):
             if anc is scope:
                 break
@@ -249,7 +250,7 @@ class _Reader:
         if not isinstance(fn, cst.Name) or fn.value not in self.functions:
             shown = code_of(fn) if fn is not None else "?"
             raise _Declined(self.call, f"the worker `{shown}` is not a function of this file")
-        if any(isinstance(call.func, cst.Name) and call.func.value == fn.value for call in self.a.c.calls):
+        if any(isinstance(call.func, cst.Name) and call.func.value == fn.value for call in self.a.index.calls):
             raise _Declined(self.call, f"`{fn.value}` is also called without mp.spawn (another way to run it, with its own setup)")
         return self.functions[fn.value]
 
@@ -274,7 +275,7 @@ class _Reader:
         if holder is worker:
             return init, worker, self.a.statement_of(init)
         name = holder.name.value if holder is not None else ""
-        calls = [c for c in self.a.c.calls if isinstance(c.func, cst.Name) and c.func.value == name and name]
+        calls = [c for c in self.a.index.calls if isinstance(c.func, cst.Name) and c.func.value == name and name]
         if holder is None or self.functions.get(name) is not holder or len(calls) != 1 or self.a.enclosing_function(calls[0]) is not worker:
             raise _Declined(init, f"init_process_group is not called by `{worker.name.value}` or by a function of this file "
                                   "it calls once: migrate it by hand")
@@ -349,7 +350,7 @@ class _Reader:
     def _reads(self, value: cst.CSTNode, name: str) -> bool:
         """Does `value` read the variable `name` (not an attribute called so)?"""
         return any(
-            n.value == name and not (isinstance(self.a.parent(n), cst.Attribute) and self.a.parent(n).attr is n)
+            n.value == name and not (isinstance(self.a.parents.get(n), cst.Attribute) and self.a.parents.get(n).attr is n)
             for n in descendants(value, cst.Name)
         )
 
@@ -372,7 +373,7 @@ class _Reader:
             raise _Declined(self.call, f"the world size `{world}` is taken as given (the command line, a caller): the tool "
                                        "cannot tell whether it counts machines or processes: migrate it by hand")
         for statement in found:
-            self._rebind(statement, code_of(_target(statement)), WORLD_SIZE, "the world size", self.a.scope_of(statement))
+            self._rebind(statement, code_of(_target(statement)), WORLD_SIZE, "the world size", self.a.owner_of(statement))
 
     def _rebind_nprocs(self, nprocs: cst.BaseExpression, scope: ScopeOwner, spawn_statement: cst.CSTNode) -> None:
         code = code_of(nprocs)
@@ -397,19 +398,19 @@ class _Reader:
         """`target = ...` / `target += ...` statements in `scope` above `before`, in source order."""
         if target is None:
             return []
-        limit = self.a.c.order.get(before, 0)
+        limit = self.a.index.order.get(before, 0)
         return [
-            statement for code, statement in self.a.c.assignments
-            if code == target and len(statement.body) == 1 and self.a.scope_of(statement) is scope
-            and self.a.c.order.get(statement, 0) < limit and code_of(_target(statement) or cst.Name("_")) == target
+            statement for code, statement in self.a.index.assignments
+            if code == target and len(statement.body) == 1 and self.a.owner_of(statement) is scope
+            and self.a.index.order.get(statement, 0) < limit and code_of(_target(statement) or cst.Name("_")) == target
         ]
 
     def _not_set_per_environment(self, target: Optional[str], scope: ScopeOwner) -> None:
         """barlowtwins: `if "SLURM_JOB_ID" in os.environ: args.rank = ...; args.dist_url = ...`."""
         if target is None or not _is_dotted(target):
             return
-        for code, statement in self.a.c.assignments:
-            if code == target and self.a.scope_of(statement) is scope and not _top_level(self.a, statement, scope):
+        for code, statement in self.a.index.assignments:
+            if code == target and self.a.owner_of(statement) is scope and not _top_level(self.a, statement, scope):
                 condition = next(anc for anc in self.a.ancestors(statement) if isinstance(anc, (cst.If, cst.For, cst.While)))
                 shown = f"under `if {code_of(condition.test)}:`" if isinstance(condition, cst.If) else "in a loop"
                 raise _Declined(statement, f"the launcher sets `{target}` {shown}, a rendezvous of its own (per "
@@ -420,20 +421,20 @@ class _Reader:
     def _environment(self) -> Tuple[cst.SimpleStatementLine, ...]:
         """`os.environ["MASTER_PORT"] = "29500"`, `os.environ.setdefault("MASTER_ADDR", ...)`: torchrun's to set."""
         found: List[cst.SimpleStatementLine] = []
-        for _, statement in self.a.c.assignments:
+        for _, statement in self.a.index.assignments:
             small = statement.body[0]
             if len(statement.body) == 1 and isinstance(small, cst.Assign) and len(small.targets) == 1:
                 target = small.targets[0].target
                 if isinstance(target, cst.Subscript) and self._environ_key(target.value, target.slice[0].slice if len(target.slice) == 1 else None):
                     found.append(statement)
-        for call in self.a.calls(frozenset({"os.environ.setdefault", "os.putenv"})):
+        for call in self.a.calls_of(frozenset({"os.environ.setdefault", "os.putenv"})):
             statement = self.a.statement_of(call)
             key = call.args[0].value if call.args else None
             if (isinstance(key, cst.SimpleString) and key.evaluated_value in RENDEZVOUS_VARIABLES
                     and isinstance(statement, cst.SimpleStatementLine)
                     and len(statement.body) == 1 and isinstance(statement.body[0], cst.Expr)):
                 found.append(statement)
-        return tuple(sorted(set(found), key=lambda s: self.a.c.order.get(s, 0)))
+        return tuple(sorted(set(found), key=lambda s: self.a.index.order.get(s, 0)))
 
     def _set_by_hand(self, environment, holder: cst.FunctionDef) -> Dict[str, cst.BaseExpression]:
         """`os.environ["RANK"] = str(rank)` next to an `env://` init_process_group with no rank of its
@@ -453,14 +454,14 @@ class _Reader:
         return found
 
     def _environ_key(self, environ: cst.BaseExpression, index) -> bool:
-        if self.a.c.resolve(environ) != "os.environ" or not isinstance(index, cst.Index):
+        if self.a.index.resolve(environ) != "os.environ" or not isinstance(index, cst.Index):
             return False
         key = index.value
         return isinstance(key, cst.SimpleString) and key.evaluated_value in RENDEZVOUS_VARIABLES
 
     def _imports(self) -> Tuple[Tuple[str, Optional[str], Optional[str]], ...]:
         found = []
-        for node in self.a.c.import_statements:
+        for node in self.a.index.import_statements:
             if isinstance(node, cst.Import):
                 for alias in node.names:
                     if dotted_name(alias.name) == "torch.multiprocessing" and alias.asname is not None:
@@ -476,8 +477,8 @@ class _Reader:
     def _trains(self, worker: cst.FunctionDef) -> bool:
         """Does the worker (or this file's code it calls) train, or build an optimizer for a
         project function to train with?"""
-        optimizers = {call for call, _ in self.a.c.optimizer_calls} | set(self.a.c.optimizer_helpers)
-        return self.a.call_graph.trains(worker) or any(call in optimizers for call in self.a.calls_inside.get(worker, ()))
+        optimizers = {call for call, _ in self.a.index.optimizer_calls} | set(self.a.index.optimizer_helpers)
+        return self.a.flow.trains(worker) or any(call in optimizers for call in descendants(worker, cst.Call))
 
 
 # -- small helpers ---------------------------------------------------------------------------

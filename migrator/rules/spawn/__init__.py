@@ -1,7 +1,7 @@
 """DDP024 (`--spawn`): a script that starts its own workers with mp.spawn becomes a torchrun script.
 
 Opt-in: without `--spawn` such a script is distributed already and stays byte-identical. What
-changes, and why each piece gives torchrun's numbers, is read by migrator.analysis.spawn; what
+changes, and why each piece gives torchrun's numbers, is read by migrator.rules.spawn.reading; what
 cannot be made right is reported there as a decline (DDP117) and nothing changes.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from migrator.edits import Plan
 from migrator.rule import Example, Rule
 from migrator.rules import _build
 from migrator.rules.advisories.spawn import SPAWN_NOT_MIGRATED
+from migrator.rules.spawn.reading import spawn_facts
 from migrator.rules.process_group import INIT, LOCAL_RANK, LOCAL_RANK_COMMENT, WORLD_OF_ONE
 from migrator.rules.shutdown import DESTROY_IF_INITIALIZED, _try_finally
 from migrator.types import Change, Diagnostic
@@ -207,8 +208,8 @@ _INDEX_NAMES = ("local_rank", "process_index", "torchrun_local_rank")
 
 
 def plan(facts: ScriptFacts, plan: Plan) -> None:
-    found = facts.spawn
-    if not plan.spawn or found is None:
+    found = spawn_facts(facts) if plan.spawn else None
+    if found is None:
         return
     for decline in found.declines:
         line, col = facts.line_col(decline.node)
