@@ -120,3 +120,19 @@ def test_a_reference_holds_a_value_only_when_every_binding_it_reads_does():
     _, values, c = _flow(source)
     held = _held(c, values.follow([_binding(c, "main", "model")], MODEL))
     assert "run:self.net" not in held  # self.net may be `other` too
+
+
+def test_an_import_sharing_the_models_name_is_never_the_model():
+    """awd-lstm-lm: `import model` then `model = model.RNNModel(...)`; functions read the global."""
+    source = (
+        "import torch\nimport model\n\n\ndef evaluate():\n    return model.init_hidden(1)\n\n\n"
+        "model = model.RNNModel(4)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    )
+    _, values, c = _flow(source)
+    module = next(scope for scope in c.bindings if isinstance(scope, cst.Module))
+    seeds = c.holding("model", module)
+    assert [b.kind for b in seeds] == ["assignment"]  # the import is no value made at run time
+    value = values.follow(seeds, MODEL)
+    held = _held(c, value)
+    assert "evaluate:model" in held  # the function reads the global after it is rebound
+    assert held.count("<module>:model") == 1  # `model.parameters()`, not the module in `model.RNNModel`

@@ -22,7 +22,7 @@ import ast
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from migrator.context import ProjectModules, package_of
 from migrator.errors import MigrateError
@@ -99,7 +99,9 @@ def _planned_with_entries(files: Sequence[ProjectFile], graph: ProjectGraph, opt
             else:
                 outside.setdefault(entry.path, []).append((module, chain))
     made: Dict[str, FrozenSet[str]] = {}  # entry -> the codes its modules got
-    handed = {entry.path: _handed(entry) for entry in entries}  # module -> where the entry's model and epoch are read
+    # module -> where the entry's model and epoch are read there; read only when a module or the
+    # script's own epochs ask (it parses the script and the modules its values reach)
+    handed = _Lazy(lambda path: _handed(by_path[path]))
     inside = _handed_inside([by_path[m] for m in roles])  # ... and what the modules hand each other
     wrapping = {entry.path: _dataparallel_use(entry.text) for entry in entries}  # each script parsed once
     for module, reaching in roles.items():
@@ -121,7 +123,7 @@ def _planned_with_entries(files: Sequence[ProjectFile], graph: ProjectGraph, opt
             updates[module] = replace(update, dropped=update.dropped | {UNTRACED_LOADER})
     for entry in entries:
         updates[entry.path] = _entry_update(entry, outside.get(entry.path, ()), graph, options, rewrite,
-                                            made.get(entry.path, frozenset()), handed[entry.path])
+                                            made.get(entry.path, frozenset()), lambda entry=entry: handed[entry.path])
     return updates
 
 
@@ -164,7 +166,7 @@ def _planned(file: ProjectFile, role: ModuleRole, options: Options, rewrite: boo
 
 
 def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Options, rewrite: bool, made: FrozenSet[str],
-                  handed: Dict[str, Handed]) -> Update:
+                  handed: Callable[[], Dict[str, Handed]]) -> Update:
     """The script's own loops over loaders built elsewhere get set_epoch (DDP031); the modules it
     trains through that were not given are reported on it (DDP140)."""
     code: Optional[str] = None
@@ -174,7 +176,7 @@ def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Opt
         try:
             # its own epochs, handed to its own helpers
             role = ModuleRole((entry.display,), pieces=(MODULE_SET_EPOCH.code,),
-                              **_merged([handed.get(os.path.realpath(entry.path))]))
+                              **_merged([handed().get(os.path.realpath(entry.path))]))
             result, code = _planned(entry, role, options, rewrite)
         except MigrateError:  # not Python 3 (an engine bug is raised: cli reports it)
             result = None
@@ -187,7 +189,7 @@ def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Opt
         if text is None:
             continue
         try:
-            role = ModuleRole((entry.display,), **_merged([handed.get(module)]))
+            role = ModuleRole((entry.display,), **_merged([handed().get(module)]))
             needs = migrate_module(text, role, options, rewrite=False)
         except MigrateError:  # not Python 3 (an engine bug is raised: cli reports it)
             continue
@@ -208,6 +210,18 @@ def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Opt
 def _summary(entry: ProjectFile) -> Tuple[ModuleSummary, Tuple[str, ...]]:
     here = Path(entry.path)
     return ModuleSummary(entry.path, entry.text, package_of(here)), ProjectModules.for_script(here).roots
+
+
+class _Lazy(dict):
+    """A dict whose values are made on first use."""
+
+    def __init__(self, make: Callable[[str], Dict[str, Handed]]) -> None:
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key: str) -> Dict[str, Handed]:
+        value = self[key] = self.make(key)
+        return value
 
 
 def _handed(entry: ProjectFile) -> Dict[str, Handed]:

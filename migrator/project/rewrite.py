@@ -55,11 +55,26 @@ def _plan_module(
         return Result(code=source, original=source)
     if parsed is not None and parsed[0] == source:  # a suppression's rerun gets other text, parsed anew
         module = parsed[1][0]
+        analysis = _analysis(module, None, source)
     else:
-        module = parse(source)  # a SourceParseError where it is not Python 3
-    analysis = _analysis(module, None, source)
+        module, analysis = analysed(source)  # a SourceParseError where it is not Python 3
     parts = plan_module(analysis, source, role, options)
     return _Planned(source, module, analysis.parents, tuple(parts), rewrite)
+
+
+_ANALYSED: Dict[str, Tuple[cst.Module, object]] = {}  # a module's text -> its tree and analysis
+
+
+def analysed(source: str) -> Tuple[cst.Module, object]:
+    """A module parsed and analysed once per process for project mode: the flow of the script's
+    values into it (migrator.project.values) and its planning read the same tree (read-only)."""
+    found = _ANALYSED.get(source)
+    if found is None:
+        if len(_ANALYSED) > 256:  # a long-lived process (the test suite) reads many projects
+            _ANALYSED.clear()
+        module = parse(source)
+        found = _ANALYSED[source] = (module, _analysis(module, None, source))
+    return found
 
 
 @dataclass(frozen=True)

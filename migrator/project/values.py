@@ -31,12 +31,11 @@ from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequenc
 
 import libcst as cst
 
-from migrator.analysis.passes import _analysis
 from migrator.errors import MigrateError
 from migrator.graph.bindings import Binding, dotted_name
 from migrator.graph.flow import MODEL, Value
 from migrator.graph.modules import NOT_PROJECT_PACKAGES, INDEX, ModuleSummary, lookup
-from migrator.parsing import parse
+from migrator.project.rewrite import analysed
 from migrator.rules.modules.base import Receivers
 
 Roots = Tuple[str, ...]
@@ -387,21 +386,12 @@ class _Project:
         return found
 
 
-_READ: Dict[Tuple[str, str], Optional[_Reading]] = {}  # (path, text) -> the module read, once per process
-
-
 def _read(path: str, summary: ModuleSummary) -> Optional[_Reading]:
-    key = (path, summary.text)
-    if key not in _READ:
-        if len(_READ) > 512:  # a long-lived process (the test suite) reads many projects
-            _READ.clear()
-        try:
-            module = parse(summary.text)
-        except MigrateError:  # not Python 3: nothing is followed into it
-            _READ[key] = None
-        else:
-            _READ[key] = _Reading(path, summary, _analysis(module, None, summary.text))
-    return _READ[key]
+    try:
+        _, analysis = analysed(summary.text)  # parsed once, shared with the module's planning
+    except MigrateError:  # not Python 3: nothing is followed into it
+        return None
+    return _Reading(path, summary, analysis)
 
 
 def _summaries(roots: Roots, path: str) -> Iterator[ModuleSummary]:
