@@ -37,6 +37,8 @@ from migrator.graph.flow import MODEL, Value
 from migrator.graph.modules import NOT_PROJECT_PACKAGES, INDEX, ModuleSummary, lookup
 from migrator.project.rewrite import analysed
 from migrator.rules.modules.base import Receivers
+from migrator.rules.modules.epochs import counts
+from migrator.tree import descendants
 
 Roots = Tuple[str, ...]
 Model = Union[str, Tuple[str, str]]  # `model`, or (`model`, the scope it is wrapped in: `main`, `<module>`)
@@ -96,21 +98,11 @@ def handed_values(roots: Roots, script: ModuleSummary, models: Iterable[Model] =
 def carries_state(value: cst.BaseExpression, models: Value) -> bool:
     """Does `value` hold a module's state: a `state_dict()` in it, or one of the models (`{"encoder":
     encoder, "epoch": epoch}` keeps the whole module)?"""
-    stack: List[cst.CSTNode] = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict":
-            return True
-        if isinstance(node, (cst.Name, cst.Attribute)) and models.holds(node):
-            return True
-        stack.extend(_children(node))
-    return False
-
-
-def _children(node: cst.CSTNode) -> List[cst.CSTNode]:
-    from migrator.tree import children
-
-    return children(node)
+    return any(
+        node.func.attr.value == "state_dict" if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+        else isinstance(node, (cst.Name, cst.Attribute)) and models.holds(node)
+        for node in descendants(value, (cst.Call, cst.Name, cst.Attribute))
+    )
 
 
 class _Reading:
@@ -136,7 +128,7 @@ class _Reading:
         """The variables of the `for v in range(...)` loops around `call` (a pass over the data each)."""
         found = set()
         for node in self.a.ancestors(call):
-            if isinstance(node, cst.For) and isinstance(node.target, cst.Name) and _counts(node.iter):
+            if isinstance(node, cst.For) and isinstance(node.target, cst.Name) and counts(node.iter):
                 found.add(node.target.value)
         return found
 
@@ -405,18 +397,6 @@ def _summaries(roots: Roots, path: str) -> Iterator[ModuleSummary]:
         found = INDEX.summary(path, name)
         if found is not None:
             yield found
-
-
-def _counts(iterated: cst.BaseExpression) -> bool:
-    """`range(...)`, `trange(...)`, `tqdm(range(...))`: a loop that counts."""
-    while isinstance(iterated, cst.Call):
-        name = (dotted_name(iterated.func) or "").split(".")[-1]
-        if name in ("range", "trange"):
-            return True
-        if name != "tqdm" or not iterated.args:
-            return False
-        iterated = iterated.args[0].value
-    return False
 
 
 def _arguments(call: cst.Call) -> Iterator[Tuple[str, cst.BaseExpression]]:

@@ -208,7 +208,7 @@ class Epochs(ModulePlanner):
         data each), or the epoch the scripts pass in (`trainer.train_epoch(epoch)`)."""
         node = self.parents.get(loop)
         while node is not None and node is not function:
-            if isinstance(node, cst.For) and isinstance(node.target, cst.Name) and _counts(node.iter):
+            if isinstance(node, cst.For) and isinstance(node.target, cst.Name) and counts(node.iter):
                 return node.target.value
             node = self.parents.get(node)
         if function is not None and self.role.epochs is not None:
@@ -226,8 +226,8 @@ def _one_pass(loop: cst.For, function: Optional[cst.FunctionDef], loader: str) -
             and any(True for _ in descendants(loop.body, cst.Yield)))
 
 
-def _counts(iterated: cst.BaseExpression) -> bool:
-    """`range(...)`, `trange(...)`, `tqdm(range(...))`: a loop that counts (migrator.graph.values' twin)."""
+def counts(iterated: cst.BaseExpression) -> bool:
+    """`range(...)`, `trange(...)`, `tqdm(range(...))`: a loop that counts (a pass over the data each turn)."""
     while isinstance(iterated, cst.Call):
         name = (dotted_name(iterated.func) or "").split(".")[-1]
         if name in ("range", "trange"):
