@@ -28,7 +28,7 @@ class _Collector(NameIndex):
         # `train(config, model, ...)` from a project module that builds the optimizer: call -> models passed
         self.trained_arguments: Dict[cst.Call, List[cst.BaseExpression]] = {}
         # ... and the loaders it trains on, where its loops say so: call -> their code
-        self.trained_loaders: Dict[cst.Call, List[str]] = {}
+        self.trained_loaders: Dict[cst.Call, List[cst.BaseExpression]] = {}  # the loader arguments it trains on
         # ... and those that move the model to a device themselves (`self.model = model.to(device)`)
         self.trained_moves: Set[cst.Call] = set()
         self.cuda_calls: List[cst.Call] = []
@@ -37,7 +37,7 @@ class _Collector(NameIndex):
         self.main_guards: List[cst.If] = []
         self.assignments: List[Tuple[str, cst.SimpleStatementLine]] = []
         self.assign_nodes: List[cst.Assign] = []  # every `a = b` (any statement), in source order
-        self.expr_calls: List[Tuple[str, str, cst.SimpleStatementLine]] = []  # (receiver, method, statement)
+        self.expr_calls: List[Tuple[cst.BaseExpression, str, cst.SimpleStatementLine]] = []  # (receiver, method, statement)
         self.loops: List[Union[cst.For, cst.While]] = []
         self.functions: List[cst.FunctionDef] = []
         self.attributes: List[cst.Attribute] = []
@@ -179,7 +179,7 @@ class _Collector(NameIndex):
                 and isinstance(small.value.func, cst.Attribute)
             ):
                 func = small.value.func
-                self.expr_calls.append((code_of(func.value), func.attr.value, node))
+                self.expr_calls.append((func.value, func.attr.value, node))
 
 
 def _unpacked(target: cst.CSTNode) -> List[cst.BaseExpression]:

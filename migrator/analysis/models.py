@@ -10,7 +10,7 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.names import attribute_name
-from migrator.graph.flow import MODEL
+from migrator.graph.flow import MODEL, Value
 from migrator.tree import descendants
 from migrator.analysis.facts import DataParallelSite, ModelFact
 from migrator.analysis.helpers import (
@@ -27,6 +27,15 @@ from migrator.analysis.helpers import (
 
 def _calls_cuda(statement: cst.CSTNode) -> bool:
     return any(attribute_name(call.func) == "cuda" for call in descendants(statement, cst.Call))
+
+
+def _assignments(value: Value, scope=None) -> List[cst.SimpleStatementLine]:
+    """The assignment statements that bind the value (in `scope`, when given)."""
+    return [
+        b.statement for b in value.bindings
+        if isinstance(b.statement, cst.SimpleStatementLine) and b.kind in ("assignment", "unpacking", "attribute")
+        and (scope is None or b.scope is scope)
+    ]
 
 
 def _is_cuda_available_call(test: cst.BaseExpression) -> bool:
@@ -46,11 +55,11 @@ def _call_chain(value: Optional[cst.CSTNode]) -> List[cst.Call]:
 _CPU_BUILDERS = ("torch.", "torchvision.", "timm.", "transformers.", "torch_geometric.")
 
 
-def _passes_name(call: cst.Call, expr: str) -> bool:
-    """Is `expr` an argument of `call`, itself or inside a tuple/list argument?"""
+def _passes(call: cst.Call, value: Value) -> bool:
+    """Is the value an argument of `call`, itself or inside a tuple/list argument?"""
     for arg in call.args:
         values = [e.value for e in arg.value.elements] if isinstance(arg.value, (cst.Tuple, cst.List)) else [arg.value]
-        if any(code_of(v) == expr for v in values):
+        if any(value.holds(v) for v in values):
             return True
     return False
 
@@ -277,7 +286,7 @@ class ModelAnalysis:
             if target in names and self.scope_of(statement) is self.scope_of(optimizer_call):
                 owners += [o for o in _parameter_owners_in(statement) if o not in owners]
         for receiver, method, statement in self.c.expr_calls:
-            if receiver in names and method in ("append", "extend") and self.is_inside(statement, fn):
+            if code_of(receiver) in names and method in ("append", "extend") and self.is_inside(statement, fn):
                 owners += [o for o in _parameter_owners_in(statement) if o not in owners]
         for loop in self.c.loops:
             if isinstance(loop, cst.For) and self.is_inside(loop, fn) and names & _referenced_names(loop.body):
@@ -310,8 +319,9 @@ class ModelAnalysis:
         if anchor not in body or wrap_after not in body:
             return None
         region = body[body.index(anchor) : body.index(wrap_after) + 1]
-        moves = [s for r, meth, s in self.c.expr_calls if r == expr and meth == "cuda"]
-        moves += [s for t, s in self.c.assignments if t == expr and _calls_cuda(s)]
+        model = self.model_value(expr, anchor)
+        moves = [s for s in self.statements_calling(model, ("cuda",))]
+        moves += [s for s in _assignments(model) if _calls_cuda(s)]
         in_region = [m for m in moves if any(m is top or self.is_inside(m, top) for top in region)]
         guards = {next((a for a in self.ancestors(m) if isinstance(a, cst.If)), None) for m in in_region}
         if len(guards) != 1:
@@ -358,18 +368,20 @@ class ModelAnalysis:
         (`seg = nn.Sequential(enc, dec)`, `net = SegmentationModule(encoder, decoder)`, then `seg(x)` and
         a backward in the loop): it holds the unwrapped model, so wrapping `enc` would sync nothing."""
         scope = self.scope_of(definition)
+        model = self.model_value(expr, definition)
         for target, statement in self.c.assignments:
-            if target == expr or self.scope_of(statement) is not scope:
+            if self.scope_of(statement) is not scope or statement in _assignments(model):
                 continue
             small = statement.body[0]
             chain = _call_chain(getattr(small, "value", None))
-            built = next((call for call in chain if _passes_name(call, expr)), None)
+            built = next((call for call in chain if _passes(call, model)), None)
             if built is None:
                 continue
             qname = self.c.resolve(built.func) or ""
-            if N.is_optimizer(qname) or qname in N.DATAPARALLEL or not self.trained_through(target):
+            holder = self.model_value(target, statement)
+            if N.is_optimizer(qname) or qname in N.DATAPARALLEL or not self.trained_through(holder):
                 continue
-            moved = any(attribute_name(call.func) in N.MOVE_METHODS for call in chain) or self.is_moved(target)
+            moved = any(attribute_name(call.func) in N.MOVE_METHODS for call in chain) or self.is_moved(holder)
             if wrap_after is not None and self.comes_after(statement, wrap_after) and not moved:
                 continue  # built after the wrap, never moved: it holds the DDP wrapper, whose forward syncs
             return target
@@ -384,11 +396,10 @@ class ModelAnalysis:
                for call in descendants(definition, cst.Call) for arg in call.args):
             return True
         scope = self.scope_of(definition)
-        for target, statement in self.c.assignments:
+        model = self.model_value(expr, definition)
+        for statement in _assignments(model, scope):
             # `model_fine = None` ... `if fine: model_fine = NeRF(...).to(device)`: every build counts.
-            if target == expr and self.scope_of(statement) is scope and any(
-                attribute_name(call.func) in N.MOVE_METHODS for call in descendants(statement, cst.Call)
-            ):
+            if any(attribute_name(call.func) in N.MOVE_METHODS for call in descendants(statement, cst.Call)):
                 return True
         for call in self.c.calls:
             if not isinstance(call.func, cst.Attribute) or attribute_name(call.func) not in N.MOVE_METHODS:
@@ -396,7 +407,7 @@ class ModelAnalysis:
             receiver = call.func.value
             # `model.cuda()`, or `DataParallel(model).cuda()`: the chain moves the model it wraps.
             if self.scope_of(call) is scope and (
-                code_of(receiver) == expr or any(_passes_name(c, expr) for c in _call_chain(receiver))
+                model.holds(receiver) or any(_passes(c, model) for c in _call_chain(receiver))
             ):
                 return True
         return False
@@ -422,39 +433,49 @@ class ModelAnalysis:
         """`model_fine = None` then `if args.N_importance > 0: model_fine = NeRF(...)`: it may stay None."""
         scope = self.scope_of(definition)
         return any(
-            target == expr and self.scope_of(statement) is scope
-            and isinstance(getattr(statement.body[0], "value", None), cst.Name)
-            and statement.body[0].value.value == "None"  # type: ignore[attr-defined]
-            for target, statement in self.c.assignments
+            binding.scope is scope and isinstance(binding.value, cst.Name) and binding.value.value == "None"
+            for binding in self.c.holding(expr, scope)
         )
 
-    def is_moved(self, name: str) -> bool:
-        """Is `name.to(...)` / `name.cuda()` called anywhere (a container moves what it holds)?"""
-        return any(
-            attribute_name(call.func) in N.MOVE_METHODS and code_of(call.func.value) == name  # type: ignore[attr-defined]
-            for call in self.c.calls
-            if isinstance(call.func, cst.Attribute)
-        )
+    def model_value(self, expr: str, definition: Statement) -> Value:
+        """The model `expr` that `definition` builds, as the value flow has it: the bindings of that
+        name in its scope (self.x: its class's), and every name it is handed on to (`m =
+        model.to(device)`, a parameter, a return), whatever they are called; made once per model."""
+        scope = self.scope_of(definition)
+        cache = self.__dict__.setdefault("_model_values", {})
+        if (expr, scope) not in cache:
+            cache[expr, scope] = self.values.follow(self.c.holding(expr, scope), MODEL, every=False)
+        return cache[expr, scope]
 
-    def trained_through(self, name: str) -> bool:
-        """Is `name(...)` called in a loop that trains (migrator.dataflow.calls)?"""
+    def calls_on(self, value: Value, methods: Sequence[str], calls: Optional[Sequence[cst.Call]] = None) -> List[cst.Call]:
+        """The calls of `methods` made on the value (`model.cuda()`, `net.load_state_dict(...)`)."""
+        return [
+            call for call in (self.c.calls if calls is None else calls)
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in methods and value.holds(call.func.value)
+        ]
+
+    def statements_calling(self, value: Value, methods: Sequence[str]) -> List[cst.CSTNode]:
+        return [self.statement_of(call) for call in self.calls_on(value, methods)]
+
+    def is_moved(self, value: Value) -> bool:
+        """Is the value moved anywhere, `.to(...)` / `.cuda()` (a container moves what it holds)?"""
+        return bool(self.calls_on(value, N.MOVE_METHODS))
+
+    def trained_through(self, value: Value) -> bool:
+        """Is the value called in a loop that trains (migrator.dataflow.calls)?"""
         return any(
-            any(code_of(call.func) == name for call in self.calls_inside.get(loop, ())) and self.call_graph.trains(loop)
+            any(value.holds(call.func) for call in self.calls_inside.get(loop, ())) and self.call_graph.trains(loop)
             for loop in self.c.loops
         )
 
     def loads_between(self, expr: str, start: Statement, end: Statement) -> Tuple[cst.Call, ...]:
-        """The calls loading a state dict into `expr` from `start` to `end` (same block)."""
+        """The calls loading a state dict into the model from `start` to `end` (same block)."""
         block = self.block_of(start)
         body = list(block.body) if block is not None else []  # type: ignore[union-attr]
         if start not in body or end not in body:
             return ()
-        return tuple(
-            call
-            for statement in body[body.index(start) : body.index(end) + 1]
-            for call in descendants(statement, cst.Call)
-            if attribute_name(call.func) == "load_state_dict" and code_of(call.func.value) == expr and call.args  # type: ignore[attr-defined]
-        )
+        calls = [call for statement in body[body.index(start) : body.index(end) + 1] for call in descendants(statement, cst.Call)]
+        return tuple(call for call in self.calls_on(self.model_value(expr, start), ("load_state_dict",), calls) if call.args)
 
     def moved_in_callee(self, expr: str, definition: Optional[Statement]) -> Optional[cst.Call]:
         """A model the file never moves before its wrap, moved later by a function it is handed to:
@@ -653,8 +674,8 @@ class ModelAnalysis:
         and faster-rcnn-style scripts call `model.cuda()` and load a checkpoint below such loops).
         """
         if isinstance(statement, (cst.For, cst.While)):
-            body_names = _referenced_names(statement.body)
-            return self.holds_training(statement) or expr.split(".")[-1] in body_names
+            model = self.model_value(expr, statement)
+            return self.holds_training(statement) or any(self.is_inside(r, statement.body) for r in model.references())
         if not isinstance(statement, cst.SimpleStatementLine):
             return self.holds_training(statement)
         if any(call in self.c.trained_arguments for call in descendants(statement, cst.Call)):
@@ -670,25 +691,20 @@ class ModelAnalysis:
             inside = lambda s: s is statement  # noqa: E731
         else:
             inside = lambda s: self.is_inside(s, statement)  # noqa: E731
-        if any(t == expr and inside(s) for t, s in self.c.assignments):
-            return True
-        # `m = model.to(device)`: another name for the same module, which this moves
-        if isinstance(statement, cst.SimpleStatementLine) and any(
-            isinstance(small, cst.Assign) and isinstance(small.value, cst.Call) and isinstance(small.value.func, cst.Attribute)
-            and small.value.func.attr.value in N.MOVE_METHODS and code_of(small.value.func.value) == expr
-            for small in statement.body
-        ):
+        model = self.model_value(expr, statement)
+        # Rebound (`model = model.cuda()`), or moved under another name (`m = model.to(device)`): the
+        # value flow's bindings of the model, whatever they are called.
+        if any(inside(s) for s in _assignments(model)):
             return True
         if any(
-            r == expr and _prepares_model(meth) and (loads or not meth.startswith("load")) and inside(s)
+            model.holds(r) and _prepares_model(meth) and (loads or not meth.startswith("load")) and inside(s)
             for r, meth, s in self.c.expr_calls
         ):
             return True
         # `init_network(model)`, `weights_init(net)`: a function that finishes the model it is handed
         # (DDP broadcasts rank 0's parameters when it is built: a re-initialisation after it is not synced).
         return any(
-            isinstance(call.func, cst.Name) and _prepares_model(call.func.value)
-            and any(code_of(arg.value) == expr for arg in call.args)
+            isinstance(call.func, cst.Name) and _prepares_model(call.func.value) and _passes(call, model)
             for call in descendants(statement, cst.Call)
         )
 

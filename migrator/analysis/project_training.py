@@ -22,14 +22,14 @@ from migrator.context import FileContext
 from migrator.graph.training import LOADER, MOVED, trained_parameters
 
 
-def trained_arguments(analysis_c, context: Optional[FileContext]) -> Dict[cst.Call, Tuple[List[cst.BaseExpression], List[str], bool]]:
+def trained_arguments(analysis_c, context: Optional[FileContext]) -> Dict[cst.Call, Tuple[List[cst.BaseExpression], List[cst.BaseExpression], bool]]:
     """Calls to project functions/classes that train an argument: call -> (the models passed, the
-    code of the loaders passed where the callee loops over them to train (empty when not known),
+    loaders passed where the callee loops over them to train (empty when not known),
     whether the callee moves the model to a device itself)."""
     if context is None or context.modules is None:
         return {}
     imported = _imported_names(analysis_c.import_statements, context.package)
-    found: Dict[cst.Call, Tuple[List[cst.BaseExpression], List[str], bool]] = {}
+    found: Dict[cst.Call, Tuple[List[cst.BaseExpression], List[cst.BaseExpression], bool]] = {}
     for call in analysis_c.calls:
         dotted = dotted_name(call.func)
         if not dotted:
@@ -44,12 +44,8 @@ def trained_arguments(analysis_c, context: Optional[FileContext]) -> Dict[cst.Ca
             models = _arguments_for(call, tuple(p for p in trained if not p.startswith((LOADER, MOVED))))
             loaders = _arguments_for(call, tuple(p[len(LOADER):] for p in trained if p.startswith(LOADER)))
             if models:
-                found[call] = (models, [_code(value) for value in loaders], any(p.startswith(MOVED) for p in trained))
+                found[call] = (models, loaders, any(p.startswith(MOVED) for p in trained))
     return found
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module(body=[]).code_for_node(node)
 
 
 def _arguments_for(call: cst.Call, parameters: Tuple[str, ...]) -> List[cst.BaseExpression]:

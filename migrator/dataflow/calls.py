@@ -10,17 +10,14 @@ all read it.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import libcst as cst
 
 from migrator import names as N
 from migrator.graph.bindings import ScopeOwner
+from migrator.graph.flow import OPTIMIZER, Value
 from migrator.tree import descendants
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module(body=[]).code_for_node(node)
 
 
 class CallGraph:
@@ -32,21 +29,21 @@ class CallGraph:
             f.name.value: f for f in self.c.functions if a.parent(f) is top
         }
         self.classes: Dict[str, cst.ClassDef] = {c.name.value: c for c in self.c.classes if a.parent(c) is top}
-        self.optimizer_names = self._optimizer_names()
+        self._optimizers: Optional[Value] = None
         self._instances: Optional[Dict[Tuple[object, str], cst.BaseExpression]] = None
         self._trains: Dict[cst.CSTNode, bool] = {}
 
-    def _optimizer_names(self) -> Set[str]:
-        """How the optimizers are spelled where they are bound (`optimizer`, `self.opt_G`)."""
-        found = set()
-        built = [call for call, _ in self.c.optimizer_calls] + list(self.c.optimizer_helpers)
-        for call in built:
-            statement = self.a.statement_of(call)
-            if isinstance(statement, cst.SimpleStatementLine):
-                small = statement.body[0]
-                if isinstance(small, cst.Assign):
-                    found.update(_code(t.target) for t in small.targets)
-        return found
+    def steps_optimizer(self, call: cst.Call) -> bool:
+        """`optimizer.step()`, or `scaler.step(optimizer)`, on an optimizer the file builds, whatever
+        it is called where it steps (the value flow from the names its builders' calls bind)."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "step"):
+            return False
+        if self._optimizers is None:
+            built = [call for call, _ in self.c.optimizer_calls] + list(self.c.optimizer_helpers)
+            seeds = [binding for call in built for binding in self.a.values.receivers(call)]
+            self._optimizers = self.a.values.follow(seeds, OPTIMIZER, every=False)
+        return self._optimizers.holds(func.value) or any(self._optimizers.holds(arg.value) for arg in call.args)
 
     # -- which function a call runs ---------------------------------------------------------
     def method_of(self, cls: Optional[cst.ClassDef], name: str) -> Optional[cst.FunctionDef]:
@@ -105,10 +102,7 @@ class CallGraph:
         func = call.func
         if isinstance(func, cst.Attribute) and func.attr.value == "backward":
             return True
-        if isinstance(func, cst.Attribute) and func.attr.value == "step" and (
-            _code(func.value) in self.optimizer_names
-            or any(_code(arg.value) in self.optimizer_names for arg in call.args)  # `scaler.step(optimizer)`
-        ):
+        if self.steps_optimizer(call):
             return True
         if call in self.c.trained_arguments:  # hands a model to a project function that trains it
             return True

@@ -14,7 +14,7 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.graph.bindings import ScopeOwner, dotted_name
-from migrator.graph.flow import MODEL
+from migrator.graph.flow import ALIAS, MODEL
 
 Statement = cst.BaseStatement
 
@@ -141,7 +141,7 @@ class FlowBase:
         graph = a.call_graph  # the file's calls and what trains: computed once, shared (dataflow.calls)
         self.functions, self.classes = graph.functions, graph.classes
         self.callee, self.method_of, self.instance_class = graph.callee, graph.method_of, graph.instance_class
-        self.trains, self.optimizer_names = graph.trains, graph.optimizer_names
+        self.trains, self.steps_optimizer = graph.trains, graph.steps_optimizer
         self._attributes_by_receiver: Optional[Dict[str, List[cst.Attribute]]] = None
         self._wrapping: Optional[Dict[str, List[Tuple[str, cst.SimpleStatementLine]]]] = None
         self.values = a.values  # the file's value flow (migrator.graph.flow), built once
@@ -174,26 +174,24 @@ class FlowBase:
         """Does anything in the file train parameters (an optimizer, a helper building one, a manual update)?"""
         return bool(self.c.optimizer_calls or self.c.optimizer_helpers or self.c.manual_updates)
 
-    def external_training_call(self, call: cst.Call, expr: str) -> bool:
+    def external_training_call(self, call: cst.Call, argument: cst.BaseExpression) -> bool:
         """`train(config, train_loader, model, ...)` imported from the project's own module: the loader
-        it is given is the training data, even though the loop over it is in that other module."""
+        it is given (`argument`) is the training data, even though the loop over it is in that other
+        module."""
         if call in self.c.trained_loaders:  # the project module's own loops say which loaders it trains on
-            return expr in self.c.trained_loaders[call]
+            return any(loader is argument for loader in self.c.trained_loaders[call])
         func = call.func
         name = func.value if isinstance(func, cst.Name) else N.attribute_name(func)
-        if not name or not N.is_training_function_name(name) or not self.has_updates:
-            return False
-        return any(code_of(arg.value) == expr for arg in call.args)
+        return bool(name) and N.is_training_function_name(name) and self.has_updates and _passed(call, argument)
 
-    def external_trainer(self, call: cst.Call, expr: str) -> bool:
+    def external_trainer(self, call: cst.Call, argument: cst.BaseExpression) -> bool:
         """`Train(model, train_loader, optimizer, ...)` / `Trainer(...)` imported from the project: an
-        object built around the loader that trains when one of its methods runs."""
+        object built around the loader (`argument`) that trains when one of its methods runs."""
         if call in self.c.trained_loaders:
-            return expr in self.c.trained_loaders[call]
+            return any(loader is argument for loader in self.c.trained_loaders[call])
         name = call.func.value if isinstance(call.func, cst.Name) else N.attribute_name(call.func) or ""
-        if not (name[:1].isupper() and ("Train" in name or "Solver" in name)) or not self.has_updates:
-            return False
-        return any(code_of(arg.value) == expr for arg in call.args)
+        trainer = name[:1].isupper() and ("Train" in name or "Solver" in name)
+        return trainer and self.has_updates and _passed(call, argument)
 
     def trainer_runs(self, constructor: cst.Call) -> List[cst.Call]:
         """The calls that run the trainer built by `constructor` inside an epoch loop
@@ -204,11 +202,11 @@ class FlowBase:
         assign = statement.body[0]
         if assign.value is not constructor or len(assign.targets) != 1:
             return []
-        trainer = code_of(assign.targets[0].target)
+        trainer = self.values.follow(self.values.receivers(constructor), ALIAS, every=False)
         scope = self.a.scope_of(statement)
         return [
             call for call in self.calls_within(scope if scope is not None else self.a.module)
-            if isinstance(call.func, cst.Attribute) and code_of(call.func.value) == trainer
+            if isinstance(call.func, cst.Attribute) and trainer.holds(call.func.value)
             and self.a.comes_after(call, statement)
         ]
 
@@ -224,6 +222,10 @@ class FlowBase:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _passed(call: cst.Call, argument: cst.BaseExpression) -> bool:
+    return any(arg.value is argument for arg in call.args)
 
 
 # Calls whose first argument is not what the loop walks over (range(len(loader)) walks indices).

@@ -113,13 +113,7 @@ class EpochFlow(FlowBase):
         """`if (step + 1) % accum == 0: optimizer.step()` inside a training loop."""
         found = []
         for call in self.c.calls:
-            func = call.func
-            if not (isinstance(func, cst.Attribute) and func.attr.value == "step"):
-                continue
-            stepped = code_of(func.value) in self.optimizer_names or any(
-                code_of(arg.value) in self.optimizer_names for arg in call.args
-            )  # scaler.step(optimizer)
-            if not stepped:
+            if not self.steps_optimizer(call):  # `optimizer.step()`, `scaler.step(optimizer)`
                 continue
             condition = next((anc for anc in self.a.ancestors(call) if isinstance(anc, cst.If)), None)
             if condition is not None and _is_modulo_test(condition.test) and condition not in found:

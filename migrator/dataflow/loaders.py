@@ -149,9 +149,9 @@ class LoaderFlow(EpochFlow):
         if not isinstance(call, cst.Call) or self.callee(call) is not None:
             return []
         spelled = code_of(node)
-        if self.external_training_call(call, spelled):
+        if self.external_training_call(call, node):
             return [(call, spelled)]
-        if self.external_trainer(call, spelled):
+        if self.external_trainer(call, node):
             return [(run, spelled) for run in self.trainer_runs(call)]
         return []
 

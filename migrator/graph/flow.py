@@ -31,6 +31,8 @@ from migrator.tree import descendants
 
 MODEL = frozenset({"alias", "method", "argument", "return", "unpack"})
 LOADER = frozenset({"alias", "wrapper", "argument", "return", "unpack"})
+OPTIMIZER = frozenset({"alias", "argument", "return", "unpack"})
+ALIAS = frozenset({"alias"})  # an object kept under another name (a trainer)
 
 # nn.Module methods that return the module they are called on.
 RETURNS_SELF = frozenset(
