@@ -45,6 +45,19 @@ def test_a_loop_that_calls_the_model_by_another_name_is_left():
     assert "no_sync" not in result.code
 
 
+def test_an_optimizer_stepped_under_another_name_is_still_an_accumulation():
+    # The optimizer is the binding its step reads, not its spelling: handed to a helper as `opt`,
+    # its conditional step still makes the other micro-batches accumulate (they all-reduce otherwise).
+    source = SCRIPT.replace("    for epoch in range(2):\n", "    for epoch in range(2):\n        run_epoch(model, loader, optimizer)\n\n\ndef run_epoch(model, loader, opt):\n    if True:\n")
+    source = source.replace("optimizer.step()\n                optimizer.zero_grad()", "opt.step()\n                opt.zero_grad()")
+    assert "def run_epoch(model, loader, opt):" in source and "opt.step()" in source
+    changes, diagnostics = _codes(migrate(source))
+    assert "DDP022" in changes or "DDP122" in diagnostics
+    spelled = source.replace("opt.step()", "other.step()")  # a name no optimizer reaches: no accumulation
+    changes, diagnostics = _codes(migrate(spelled))
+    assert "DDP022" not in changes and "DDP122" not in diagnostics
+
+
 # --------------------------------------------------------------------------- runtime
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None and not os.environ.get("CI"),
