@@ -138,6 +138,17 @@ def test_dataparallel_script_resumes_from_its_prefixed_checkpoint(tmp_path: Path
     assert second.stdout.count("=> resumed from epoch 1") == 1, second.stdout
 
 
+def test_a_loss_with_parameters_of_its_own_is_wrapped_and_synced(tmp_path: Path) -> None:
+    """fixtures/loss_module_without_parameters run with `--splits 2`: the loss now has parameters,
+    so the guarded wrap wraps it; both modules are DDP, in sync, and the pickle holds bare modules
+    (the fixture's own run covers the loss with none, which DDP would refuse)."""
+    case = next(c for c in RUNTIME_CASES if c.name == "loss_module_without_parameters")
+    report = run_torchrun(case.migrated_script, tmp_path, args=["--splits", "2"], script_name=SCRIPT_NAME,
+                          label="loss_module_without_parameters: --splits 2")
+    assert_trains_correctly_under_ddp(report, nproc=2)
+    assert sorted(m["module_class"] for m in report.ddp_modules(0)) == ["Net", "TailLoss"], report.ddp_modules(0)
+
+
 _ORIGINAL_REPORTS: Dict[str, RunReport] = {}
 
 

@@ -72,6 +72,18 @@ class ModelFact:
     moved_later: Optional[cst.Call] = None  # not moved before the wrap, but by a function it is passed to
     # not moved here, but by the project trainer it is handed to: the wrap moves it to this process's device
     move_to_local: bool = False
+    # A loss or a head trained with another model: its parameters join that model's optimizer
+    # (`list(model.parameters()) + list(criterion.parameters())`) and it is applied to what that model
+    # computes. It may have no parameter to train (awd-lstm-lm's SplitCrossEntropyLoss below 75,000
+    # words), and DDP refuses to wrap such a module: its wrap is guarded by its parameters, and its
+    # unwraps ask whether it is wrapped.
+    auxiliary: bool = False
+
+    @property
+    def guarded(self) -> bool:
+        """Is it wrapped only when it has parameters to train (auxiliary)? A DataParallel it
+        replaces, or a move the wrap makes, keep the plain wrap."""
+        return self.auxiliary and self.dataparallel is None and not self.stripped and not self.move_to_local
 
 
 @dataclass(frozen=True)

@@ -133,25 +133,30 @@ class ModelAnalysis:
         models: Dict[str, ModelFact] = {}
         updates = [call for call, _ in self.c.optimizer_calls] + self.c.manual_updates + self.c.optimizer_helpers
         for call in updates:
+            first: Optional[str] = None  # the first model this update trains: the others join its optimizer
             for expr in self.parameter_owners(call):
                 if expr in models or expr == "self":
+                    first = first or (expr if expr in models else None)
                     continue  # `self`: a module building its own optimizer (configure_optimizers) is not training
                 definition = self.model_definition(expr, call)
                 if definition is None and "." not in expr:
                     # `def define_optimizer(g_model, ...)`: the model is built by the one caller that passes it.
                     expr, definition = self.model_from_caller(expr, call)
                     if expr in models:
+                        first = first or expr
                         continue
                 if definition is None and "." in expr:
                     # Parameter groups of submodules (`model.backbone.parameters()`, `net.linear1.parameters()`):
                     # the model is the object they belong to, built here.
                     expr, definition = self.owning_model(expr, call)
                     if expr in models:
+                        first = first or expr
                         continue
                 if definition is not None and not expr.startswith("self."):
                     # `self.model, self.optimizer = model, optimizer`: from there on the model is `self.model`.
                     expr, definition = self.kept_on_self(expr, definition)
                     if expr in models:
+                        first = first or expr
                         continue
                 sites = [
                     s for s in dp_sites
@@ -198,7 +203,10 @@ class ModelAnalysis:
                     optional=definition is not None and self.assigned_none(expr, definition),
                     moved_later=None if moved or handed_to_mover else self.moved_in_callee(expr, definition),
                     move_to_local=handed_to_mover,
+                    auxiliary=first is not None and first != expr and definition is not None and models[first].definition is not None
+                    and self.applied_to(self.model_value(expr, definition), self.model_value(first, models[first].definition)),
                 )
+                first = first or expr
         return tuple(models.values())
 
     def same_scope(self, statement, definition) -> bool:
@@ -456,6 +464,40 @@ class ModelAnalysis:
 
     def statements_calling(self, value: Value, methods: Sequence[str]) -> List[cst.CSTNode]:
         return [self.statement_of(call) for call in self.calls_on(value, methods)]
+
+    def applied_to(self, module: Value, model: Value) -> bool:
+        """Is `module` a loss of `model`: called on what the model computes, its output (`output =
+        model(x)`) or its own parameters (`model.decoder.weight`), and on something else, the target
+        (`criterion(model.decoder.weight, model.decoder.bias, output, targets)`), and is what it
+        returns the loss a backward() runs on? A network fed the model's output (`G_BA(G_AB(x))`, a
+        decoder given a style code too), whose result goes on into another call, is not."""
+        for call in self.c.calls:
+            if module.holds(call.func):
+                computed = [self._computed_by(arg.value, model) for arg in call.args]
+                if any(computed) and not all(computed) and self._reaches_backward(call):
+                    return True
+        return False
+
+    def _reaches_backward(self, node: cst.CSTNode, depth: int = 0) -> bool:
+        """Does `node`'s value reach a `.backward()` through arithmetic and names only (`loss =
+        raw_loss`, `loss = loss + reg`, `(loss / n).backward()`)?"""
+        parent = self.parent(node)
+        while isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation)):
+            node, parent = parent, self.parent(parent)
+        if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value == "backward":
+            return isinstance(self.parent(parent), cst.Call)
+        if depth > 4 or not isinstance(parent, (cst.Assign, cst.AugAssign)) or parent.value is not node:
+            return False
+        targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
+        bindings = [self.c.binding_at[t] for t in targets if t in self.c.binding_at]
+        return any(self._reaches_backward(r, depth + 1) for b in bindings for r in b.references)
+
+    def _computed_by(self, node: cst.BaseExpression, model: Value) -> bool:
+        while isinstance(node, (cst.Attribute, cst.Subscript)):
+            node = node.value
+        return model.holds(node) or any(
+            isinstance(b.value, cst.Call) and model.holds(b.value.func) for b in self.c.refers.get(node, ())
+        )
 
     def is_moved(self, value: Value) -> bool:
         """Is the value moved anywhere, `.to(...)` / `.cuda()` (a container moves what it holds)?"""

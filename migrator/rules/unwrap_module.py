@@ -519,7 +519,7 @@ def plan_checkpoint_keys(facts: ScriptFacts, plan: Plan) -> None:
         return
     for use in facts.model_uses:
         if use.node.attr.value in STATE_DICT_METHODS and _keys_change(use.model):
-            plan.replace(use.node, _through_module)
+            plan.replace(use.node, lambda n, model=use.model: _through_module(facts, model, n))
             choice = facts.parents.get(facts.parents.get(use.node))  # type: ignore[arg-type]
             if isinstance(choice, cst.IfExp):
                 # `net.module.state_dict() if args.mGPUs else net.state_dict()`: both branches now agree.
@@ -528,20 +528,20 @@ def plan_checkpoint_keys(facts: ScriptFacts, plan: Plan) -> None:
             plan.changes.append(Change(CHECKPOINT_KEYS.code, line, col, f"{use.node.attr.value}() through .module: keys as before"))
     for name, model in facts.bare_unwraps:
         if _keys_change(model):
-            plan.replace(name, lambda n: cst.Attribute(value=n, attr=cst.Name("module")))
+            plan.replace(name, lambda n, model=model: unwrapped(facts, model, n))
             line, col = facts.line_col(name)
             plan.changes.append(Change(CHECKPOINT_KEYS.code, line, col, f"{name.value} unwrapped like its other branch"))
     for name, model in facts.returned_models:
         if _keys_change(model):
             # Returned once training is over (the process group is destroyed on the way out): the caller
             # saves or evaluates it as the plain module it was before the migration.
-            plan.replace(name, lambda n: cst.Attribute(value=n, attr=cst.Name("module")))
+            plan.replace(name, lambda n, model=model: unwrapped(facts, model, n))
             line, col = facts.line_col(name)
             plan.changes.append(Change(CHECKPOINT_KEYS.code, line, col, f"{name.value} returned unwrapped (.module) to the caller"))
     for arg, model in whole_model_saves(facts):
         # Always the bare module, DataParallel scripts included: a pickled DDP wrapper cannot be
         # loaded without a process group (a pickled DataParallel could).
-        plan.replace(arg, lambda a: a.with_changes(value=cst.Attribute(value=a.value, attr=cst.Name("module"))))
+        plan.replace(arg, lambda a, model=model: a.with_changes(value=unwrapped(facts, model, a.value)))
         line, col = facts.line_col(arg)
         plan.changes.append(Change(CHECKPOINT_KEYS.code, line, col, "the unwrapped model is saved"))
     for model in facts.models:
@@ -571,7 +571,7 @@ def plan_module_api(facts: ScriptFacts, plan: Plan) -> None:
             continue
         else:
             what = f"{attr} is the model's own: through .module"
-        plan.replace(use.node, _through_module)
+        plan.replace(use.node, lambda n, model=use.model: _through_module(facts, model, n))
         line, col = facts.line_col(use.node)
         plan.changes.append(Change(MODULE_API.code, line, col, what))
 
@@ -601,8 +601,17 @@ def _one_branch_if_same(node: cst.IfExp) -> cst.BaseExpression:
     return node.body.with_changes(lpar=node.lpar, rpar=node.rpar) if same else node
 
 
-def _through_module(node: cst.Attribute) -> cst.Attribute:
-    return node.with_changes(value=cst.Attribute(value=node.value, attr=cst.Name("module")))
+def _through_module(facts: ScriptFacts, model: ModelFact, node: cst.Attribute) -> cst.Attribute:
+    return node.with_changes(value=unwrapped(facts, model, node.value))
+
+
+def unwrapped(facts: ScriptFacts, model: ModelFact, node: cst.BaseExpression) -> cst.BaseExpression:
+    """The bare module that `node` reads: `model.module`; for a model wrapped only when it has
+    parameters to train (ModelFact.guarded), `(criterion.module if isinstance(criterion, DDP) else criterion)`."""
+    if not model.guarded:
+        return cst.Attribute(value=node, attr=cst.Name("module"))
+    code = cst.Module(body=[]).code_for_node(node)
+    return cst.parse_expression(f"({code}.module if isinstance({code}, {facts.names.ddp}) else {code})")
 
 
 def whole_model_saves(facts: ScriptFacts) -> List[Tuple[cst.CSTNode, ModelFact]]:

@@ -36,7 +36,10 @@ script runs, the loss goes down, and N different models are trained. DataParalle
 single-process and slower than DDP even on one machine.""",
     fix="Insert or rewrite the wrap; import DistributedDataParallel; drop a DataParallel import made unused.",
     fix_safety="""Safe for training. The wrapped model's own methods (`model.generate()`) and its
-state_dict keys now go through `model.module`.""",
+state_dict keys now go through `model.module`. A loss or a head trained with the model (its
+parameters join the model's optimizer, and it is applied to what the model computes and to the
+target) may have no parameter to train, and DDP refuses such a module: it is wrapped only when it
+has some, and is unwrapped with `(criterion.module if isinstance(criterion, DDP) else criterion)`.""",
     requires=('DDP001', 'DDP002'),
     fixable=True,
     examples=(
@@ -143,6 +146,89 @@ if __name__ == "__main__":
             dist.destroy_process_group()
 ''',
         ),
+        Example(
+            id="loss-trained-with-the-model",
+            before='''import torch
+import torch.nn as nn
+
+
+class ScaledLoss(nn.Module):
+    def __init__(self, learned):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(1)) if learned else None
+
+    def forward(self, output, target):
+        scale = self.scale if self.scale is not None else 1.0
+        return nn.functional.cross_entropy(output * scale, target)
+
+
+def main():
+    model = nn.Linear(4, 3)
+    criterion = ScaledLoss(learned=False)
+    params = list(model.parameters()) + list(criterion.parameters())
+    optimizer = torch.optim.SGD(params, lr=0.1)
+    for step in range(3):
+        output = model(torch.randn(8, 4))
+        loss = criterion(output, torch.randint(0, 3, (8,)))
+        loss.backward()
+        optimizer.step()
+    torch.save([model, criterion], "model.pt")
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+import torch.nn as nn
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class ScaledLoss(nn.Module):
+    def __init__(self, learned):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(1)) if learned else None
+
+    def forward(self, output, target):
+        scale = self.scale if self.scale is not None else 1.0
+        return nn.functional.cross_entropy(output * scale, target)
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+    model = nn.Linear(4, 3)
+    model = DDP(model, device_ids=None)
+    criterion = ScaledLoss(learned=False)
+    if any(p.requires_grad for p in criterion.parameters()):
+        criterion = DDP(criterion, device_ids=None)
+    params = list(model.parameters()) + list(criterion.parameters())
+    optimizer = torch.optim.SGD(params, lr=0.1)
+    for step in range(3):
+        output = model(torch.randn(8, 4))
+        loss = criterion(output, torch.randint(0, 3, (8,)))
+        loss.backward()
+        optimizer.step()
+    if dist.get_rank() == 0:
+        torch.save([model.module, (criterion.module if isinstance(criterion, DDP) else criterion)], "model.pt")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+        ),
     ),
 )
 
@@ -198,7 +284,8 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
         else:
             plan.insert_after(model.wrap_after, _wrap_statement(facts, model))
             line, col = facts.line_col(model.wrap_after)
-            plan.changes.append(Change(RULE.code, line, col, f"{model.expr} wrapped in DistributedDataParallel"))
+            when = " when it has parameters to train" if model.guarded else ""
+            plan.changes.append(Change(RULE.code, line, col, f"{model.expr} wrapped in DistributedDataParallel{when}"))
     for model in facts.models:
         for statement in model.rebound if not model.already_ddp and model.definition is not None else ():
             # A reloaded model (`model = torch.load(f)`): wrap it again so every use stays consistent.
@@ -224,8 +311,14 @@ def _wrap_statement(facts: ScriptFacts, model: ModelFact, inner: str = "") -> li
         # Nothing moves it: it stays on the CPU even on a GPU machine, where DDP refuses device_ids.
         device_ids = "None"
     text = WRAP.format(target=model.expr, ddp=facts.names.ddp, device_ids=device_ids)
+    conditions = []
     if model.optional and not inner:
-        text = f"if {model.expr} is not None:\n\t{text}"
+        conditions.append(f"{model.expr} is not None")
+    if model.guarded and not inner:
+        # DDP refuses a module with no parameter to train: a loss sharing the model's optimizer may have none.
+        conditions.append(f"any(p.requires_grad for p in {model.expr}.parameters())")
+    if conditions:
+        text = f"if {' and '.join(conditions)}:\n\t{text}"
     statements = _build.statements(facts, text)
     if model.move_to_local and not inner:
         torch = facts.names.torch
