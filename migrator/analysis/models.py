@@ -18,7 +18,6 @@ from migrator.analysis.helpers import (
     _called_names,
     _parameter_owners,
     _parameter_owners_in,
-    _referenced_names,
     _returns,
     code_of,
     code_of_target,
@@ -284,20 +283,25 @@ class ModelAnalysis:
     def parameter_owners_nearby(self, optimizer_call: cst.Call) -> List[str]:
         """Parameter groups built beforehand (`decay = [p for n, p in model.named_parameters() ...]`).
 
-        Only the names the optimizer call uses are followed, to the statements of the same
-        function that assign or extend them.
+        The bindings the optimizer call reads are followed: the statements of its function that
+        assign them, the `append`/`extend` calls on them, and the loops that fill them.
         """
-        names = _referenced_names(optimizer_call)
+        read = {b for node in descendants(optimizer_call, (cst.Name, cst.Attribute)) for b in self.c.refers.get(node, ())}
+        if not read:
+            return []
         owners: List[str] = []
+        scope = self.scope_of(optimizer_call)
         fn = self.enclosing_function(optimizer_call) or self.module
-        for target, statement in self.c.assignments:
-            if target in names and self.scope_of(statement) is self.scope_of(optimizer_call):
-                owners += [o for o in _parameter_owners_in(statement) if o not in owners]
+        for binding in sorted(read, key=lambda b: self.c.order.get(b.statement, 0)):  # in source order
+            if isinstance(binding.statement, cst.SimpleStatementLine) and binding.scope is scope and binding.kind != "parameter":
+                owners += [o for o in _parameter_owners_in(binding.statement) if o not in owners]
         for receiver, method, statement in self.c.expr_calls:
-            if code_of(receiver) in names and method in ("append", "extend") and self.is_inside(statement, fn):
+            if method in ("append", "extend") and self.is_inside(statement, fn) and read & set(self.c.refers.get(receiver, ())):
                 owners += [o for o in _parameter_owners_in(statement) if o not in owners]
         for loop in self.c.loops:
-            if isinstance(loop, cst.For) and self.is_inside(loop, fn) and names & _referenced_names(loop.body):
+            if isinstance(loop, cst.For) and self.is_inside(loop, fn) and any(
+                read & set(self.c.refers.get(node, ())) for node in descendants(loop.body, (cst.Name, cst.Attribute))
+            ):
                 owners += [o for o in _parameter_owners_in(loop.iter) if o not in owners]
         return owners
 

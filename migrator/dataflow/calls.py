@@ -15,7 +15,6 @@ from typing import Any, Dict, List, Optional, Tuple
 import libcst as cst
 
 from migrator import names as N
-from migrator.graph.bindings import ScopeOwner
 from migrator.graph.flow import OPTIMIZER, Value
 from migrator.tree import descendants
 
@@ -64,24 +63,19 @@ class CallGraph:
         if isinstance(func, cst.Attribute) and N.is_name(func.value, "self"):
             return self.method_of(self.a.enclosing_class(call), func.attr.value)
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
-            # `trainer.training(epoch)` with `trainer = Trainer(args)` built in the same function.
-            cls = self.instance_class(func.value.value, self.a.scope_of(call))
+            # `trainer.training(epoch)`, where the `trainer` it reads is `Trainer(args)` of this file.
+            cls = self.instance_class(func.value)
             return self.method_of(cls, func.attr.value) if cls is not None else None
         return None
 
-    def instance_class(self, name: str, owner: ScopeOwner) -> Optional[cst.ClassDef]:
-        """The class of this file that `name = Cls(...)` instantiates in `owner`."""
-        if self._instances is None:
-            # One pass over the assignments: (owner, name) -> the first value assigned there.
-            self._instances = {}
-            for target, statement in self.c.assignments:
-                small = statement.body[0]
-                if isinstance(small, cst.Assign):
-                    self._instances.setdefault((self.a.scope_of(statement), target), small.value)
-        value = self._instances.get((owner, name))
-        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
-            return self.classes.get(value.func.value)
-        return None
+    def instance_class(self, name: cst.Name) -> Optional[cst.ClassDef]:
+        """The class of this file that the bindings `name` reads instantiate (`trainer = Trainer(args)`),
+        when they all build the same one."""
+        found = set()
+        for binding in self.c.refers.get(name, ()):
+            value = binding.value if binding.kind == "assignment" and not binding.path else None
+            found.add(self.classes.get(value.func.value) if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) else None)
+        return found.pop() if len(found) == 1 else None
 
     # -- does running it train ------------------------------------------------------------
     def trains(self, node: cst.CSTNode) -> bool:
