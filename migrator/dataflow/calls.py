@@ -57,7 +57,10 @@ class CallGraph:
         """The function of this file a call runs: `train(...)` or `self.train_epoch(...)`."""
         func = call.func
         if isinstance(func, cst.Name):
-            if func.value in self.classes:  # Trainer(model, loader): its __init__ runs
+            read = self.c.refers.get(func)
+            if read:  # the def or class the name reads, wherever it is defined (in an `if` block too)
+                return self._defined(read)
+            if func.value in self.classes:
                 return self.method_of(self.classes[func.value], "__init__")
             return self.functions.get(func.value)
         if isinstance(func, cst.Attribute) and N.is_name(func.value, "self"):
@@ -67,6 +70,19 @@ class CallGraph:
             cls = self.instance_class(func.value)
             return self.method_of(cls, func.attr.value) if cls is not None else None
         return None
+
+    def _defined(self, read) -> Optional[cst.FunctionDef]:
+        """The def (or a class's __init__) that a call of a name reading these bindings runs: the
+        one bound last in the source, when it is the file's only def or class among them (mixup's
+        `checkpoint = torch.load(...)` under `if args.resume:`, then `def checkpoint(acc, epoch)`,
+        called from test() once the module has run)."""
+        last = max(read, key=lambda b: b.position)
+        defs = {b.node for b in read if b.kind in ("function", "class")}
+        if last.kind not in ("function", "class") or len(defs) != 1:
+            return None
+        if last.kind == "class":  # Trainer(model, loader): its __init__ runs
+            return self.method_of(last.node, "__init__")  # type: ignore[arg-type]
+        return last.node  # type: ignore[return-value]
 
     def instance_class(self, name: cst.Name) -> Optional[cst.ClassDef]:
         """The class of this file that the bindings `name` reads instantiate (`trainer = Trainer(args)`),

@@ -7,14 +7,17 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.dataflow.core import EpochHook, FlowBase, _iterated, code_of
+from migrator.graph.flow import Value
 from migrator.tree import descendants
 
 
 class EpochFlow(FlowBase):
     """Epoch loops and the `set_epoch` hooks they need."""
 
-    def epoch_hooks(self, loop: cst.CSTNode, spelled: str) -> List[EpochHook]:
-        """Where the epoch loop driving `loop` is, and how the loader is spelled there."""
+    def epoch_hooks(self, loop: cst.CSTNode, spelled: str, loader: Optional[Value] = None) -> List[EpochHook]:
+        """Where the epoch loop driving `loop` is, and how the loader is spelled there. A function
+        handed several loaders (`train(data_loader=validation_loader)`, then `train(data_loader=
+        train_loader)`) is driven, for this loader, by the calls whose argument holds it."""
         rebuilt = self.rebuilt_on_exhaustion(loop)
         if rebuilt is not None:
             return rebuilt
@@ -28,7 +31,7 @@ class EpochFlow(FlowBase):
         fn = self.a.enclosing_function(loop)
         if fn is None:
             return []
-        hooks = []
+        hooks, holding = [], []
         inner = spelled  # the loader as this function spells it (often a parameter)
         for call in self.c.calls:
             if self.callee(call) is not fn:
@@ -36,13 +39,17 @@ class EpochFlow(FlowBase):
             outer = self.enclosing_epoch_loop(call)
             if outer is None:
                 continue
-            spelled_there = self.attribute_at(call, inner) if inner.startswith("self.") else next(
-                (code_of(value) for param, value in self.values.arguments(fn, call) if param.name == inner), None)
+            passed = None if inner.startswith("self.") else next(
+                (value for param, value in self.values.arguments(fn, call) if param.name == inner), None)
+            spelled_there = self.attribute_at(call, inner) if inner.startswith("self.") else (
+                code_of(passed) if passed is not None else None)
             if spelled_there is None and inner in self.c.bound.get(self.a.module, ()):
                 spelled_there = inner  # a module global, as in flat scripts with helpers
             if spelled_there is not None:
                 hooks.append(EpochHook(outer, spelled_there, _loop_variable(outer)))
-        return hooks
+                if loader is not None and passed is not None and loader.holds(passed):
+                    holding.append(hooks[-1])
+        return holding or hooks
 
     def rebuilt_on_exhaustion(self, use: cst.CSTNode) -> Optional[List[EpochHook]]:
         """Step loops that restart the loader when it runs dry:

@@ -32,8 +32,9 @@ class LoaderFlow(EpochFlow):
         problem = self.loader_problem(call, dataset, statement)
         target: Optional[str] = None
         loops: List[Tuple[cst.For, str]] = []
+        value = self.values.follow(self.values.receivers(call), LOADER, every=False)
         if statement is not None:
-            target, loops = self.loader_loops(call, statement)
+            target, loops = self.loader_loops(call, statement, value)
         if problem is None and target is None and not loops:
             problem = "untraced"
         if problem is None and not loops and _shuffles(shuffle) and self.has_updates:
@@ -46,7 +47,7 @@ class LoaderFlow(EpochFlow):
             for loop, spelled in loops:
                 if not self.use_trains(loop):
                     continue
-                found = self.epoch_hooks(loop, spelled)
+                found = self.epoch_hooks(loop, spelled, value)
                 if not found and no_epoch is None:
                     no_epoch = loop
                 hooks.extend(h for h in found if h.loop not in {k.loop for k in hooks})
@@ -115,13 +116,12 @@ class LoaderFlow(EpochFlow):
         cls = next((c for c in self.c.classes if c.name.value == name), None)
         return cls is not None and any(self.c.resolve(base.value) in N.ITERABLE_DATASET for base in cls.bases)
 
-    def loader_loops(self, call: cst.Call, statement) -> Tuple[Optional[str], List[Tuple[cst.CSTNode, str]]]:
+    def loader_loops(self, call: cst.Call, statement, value) -> Tuple[Optional[str], List[Tuple[cst.CSTNode, str]]]:
         """The loader's name where it is built, and every use of it that walks it, each with the
         loader as spelled there: a loop over it (through `tqdm()`, `enumerate()`), an `iter()` of
         it, a call handing it to a training function the file imports. The loader is a value of
         the file's value flow (migrator.graph.flow): followed through names, `self.` attributes,
         arguments, returns and unpacking, whatever they are called."""
-        value = self.values.follow(self.values.receivers(call), LOADER, every=False)
         uses: Dict[cst.CSTNode, str] = {}
         for node in sorted(value.references(), key=lambda n: self.c.order.get(n, 0)):
             for use, spelled in self._walked(node, value):

@@ -234,23 +234,24 @@ class SaveFlow(FlowBase):
                 if scope not in callers and not any(self.a.is_inside(call, loop) for loop in loops):
                     continue
                 if isinstance(call.func, cst.Name):
-                    name = call.func.value
-                    found.update(f for f in (self.functions.get(name), constructors.get(name)) if f is not None)
+                    # the def the name reads (one in the `if __name__ == "__main__":` block too), or a class's __init__
+                    target = self.callee(call) or constructors.get(call.func.value)
+                    if target is not None:
+                        found.add(target)
                 elif isinstance(call.func, cst.Attribute):  # `progress.display(i)`: a method of the file's class
                     found.update(methods.get(call.func.attr.value, ()))
                 for arg in call.args:
                     if isinstance(arg.value, cst.Name):
-                        found.update(self.handed_over(arg.value.value, scope))
+                        found.update(self.handed_over(arg.value))
             if len(found) == before:
                 break
             callers |= found
         return found
 
-    def handed_over(self, name: str, scope) -> List[cst.FunctionDef]:
-        """The function `name` refers to where it is passed: one defined at module level, or
-        beside the call (a callback defined in the entry point)."""
-        return [fn for fn in self.c.functions
-                if fn.name.value == name and self.a.scope_of(fn) in (scope, self.a.module)]
+    def handed_over(self, name: cst.Name) -> List[cst.FunctionDef]:
+        """The function of this file that `name` reads where it is passed (a callback defined at
+        module level, or beside the call in the entry point)."""
+        return [b.node for b in self.c.refers.get(name, ()) if b.kind == "function"]  # type: ignore[misc]
 
     def log_helper_calls(self) -> List[cst.SimpleStatementLine]:
         """`log_string("epoch %d" % epoch)`, a function of this file that only logs and prints: its
