@@ -31,6 +31,7 @@ class CallGraph:
         self._optimizers: Optional[Value] = None
         self._instances: Optional[Dict[Tuple[object, str], cst.BaseExpression]] = None
         self._trains: Dict[cst.CSTNode, bool] = {}
+        self._callees: Dict[cst.Call, Optional[cst.FunctionDef]] = {}
 
     def steps_optimizer(self, call: cst.Call) -> bool:
         """`optimizer.step()`, or `scaler.step(optimizer)`, on an optimizer the file builds, whatever
@@ -55,6 +56,11 @@ class CallGraph:
 
     def callee(self, call: cst.Call) -> Optional[cst.FunctionDef]:
         """The function of this file a call runs: `train(...)` or `self.train_epoch(...)`."""
+        if call not in self._callees:  # asked of every call by the flow, the saves and the epochs
+            self._callees[call] = self._callee(call)
+        return self._callees[call]
+
+    def _callee(self, call: cst.Call) -> Optional[cst.FunctionDef]:
         func = call.func
         if isinstance(func, cst.Name):
             read = self.c.refers.get(func)
