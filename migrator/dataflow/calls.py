@@ -10,7 +10,7 @@ all read it.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import libcst as cst
 
@@ -29,7 +29,6 @@ class CallGraph:
         }
         self.classes: Dict[str, cst.ClassDef] = {c.name.value: c for c in self.c.classes if a.parent(c) is top}
         self._optimizers: Optional[Value] = None
-        self._instances: Optional[Dict[Tuple[object, str], cst.BaseExpression]] = None
         self._trains: Dict[cst.CSTNode, bool] = {}
         self._callees: Dict[cst.Call, Optional[cst.FunctionDef]] = {}
 

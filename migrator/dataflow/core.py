@@ -142,8 +142,6 @@ class FlowBase:
         self.functions, self.classes = graph.functions, graph.classes
         self.callee, self.method_of, self.instance_class = graph.callee, graph.method_of, graph.instance_class
         self.trains, self.steps_optimizer = graph.trains, graph.steps_optimizer
-        self._attributes_by_receiver: Optional[Dict[str, List[cst.Attribute]]] = None
-        self._wrapping: Optional[Dict[str, List[Tuple[str, cst.SimpleStatementLine]]]] = None
         self.values = a.values  # the file's value flow (migrator.graph.flow), built once
         self._wrapped: Dict[int, Any] = {}  # id(model) -> its Value once wrapped (dataflow.models)
 
@@ -182,7 +180,7 @@ class FlowBase:
             return any(loader is argument for loader in self.c.trained_loaders[call])
         func = call.func
         name = func.value if isinstance(func, cst.Name) else N.attribute_name(func)
-        return bool(name) and N.is_training_function_name(name) and self.has_updates and _passed(call, argument)
+        return bool(name) and N.is_training_function_name(name) and self.has_updates
 
     def external_trainer(self, call: cst.Call, argument: cst.BaseExpression) -> bool:
         """`Train(model, train_loader, optimizer, ...)` / `Trainer(...)` imported from the project: an
@@ -191,7 +189,7 @@ class FlowBase:
             return any(loader is argument for loader in self.c.trained_loaders[call])
         name = call.func.value if isinstance(call.func, cst.Name) else N.attribute_name(call.func) or ""
         trainer = name[:1].isupper() and ("Train" in name or "Solver" in name)
-        return trainer and self.has_updates and _passed(call, argument)
+        return trainer and self.has_updates
 
     def trainer_runs(self, constructor: cst.Call) -> List[cst.Call]:
         """The calls that run the trainer built by `constructor` inside an epoch loop
@@ -222,10 +220,6 @@ class FlowBase:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _passed(call: cst.Call, argument: cst.BaseExpression) -> bool:
-    return any(arg.value is argument for arg in call.args)
 
 
 # Calls whose first argument is not what the loop walks over (range(len(loader)) walks indices).

@@ -12,7 +12,7 @@ import libcst as cst
 from migrator import names as N
 from migrator.graph.bindings import dotted_name
 from migrator.dataflow.core import _NOT_WRAPPERS, EpochHook, LoaderFact, _iterated, code_of
-from migrator.graph.flow import LOADER
+from migrator.graph.flow import LOADER, Value
 from migrator.dataflow.epochs import EpochFlow
 from migrator.tree import descendants
 
@@ -116,7 +116,7 @@ class LoaderFlow(EpochFlow):
         cls = next((c for c in self.c.classes if c.name.value == name), None)
         return cls is not None and any(self.c.resolve(base.value) in N.ITERABLE_DATASET for base in cls.bases)
 
-    def loader_loops(self, call: cst.Call, statement, value) -> Tuple[Optional[str], List[Tuple[cst.CSTNode, str]]]:
+    def loader_loops(self, call: cst.Call, statement, value: Value) -> Tuple[Optional[str], List[Tuple[cst.CSTNode, str]]]:
         """The loader's name where it is built, and every use of it that walks it, each with the
         loader as spelled there: a loop over it (through `tqdm()`, `enumerate()`), an `iter()` of
         it, a call handing it to a training function the file imports. The loader is a value of

@@ -11,7 +11,7 @@ import libcst as cst
 from migrator import names as N
 from migrator.names import attribute_name
 from migrator.dataflow.core import FlowBase, LoaderFact, SaveSite, Statement, _iterated, code_of
-from migrator.tree import class_constructors, class_methods, descendants
+from migrator.tree import class_methods, descendants
 
 
 class SaveFlow(FlowBase):
@@ -223,7 +223,6 @@ class SaveFlow(FlowBase):
         trainer calls them while it trains)."""
         if self.entry_scope is None:
             return set()
-        constructors = class_constructors(self.a.module)
         methods = class_methods(self.a.module)
         found: Set[cst.CSTNode] = set()
         callers: Set[cst.CSTNode] = {self.entry_scope, self.a.module}
@@ -235,7 +234,7 @@ class SaveFlow(FlowBase):
                     continue
                 if isinstance(call.func, cst.Name):
                     # the def the name reads (one in the `if __name__ == "__main__":` block too), or a class's __init__
-                    target = self.callee(call) or constructors.get(call.func.value)
+                    target = self.callee(call)
                     if target is not None:
                         found.add(target)
                 elif isinstance(call.func, cst.Attribute):  # `progress.display(i)`: a method of the file's class
