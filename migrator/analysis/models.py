@@ -237,7 +237,7 @@ class ModelAnalysis:
             return False
         fn = self.enclosing_function(site.call)
         return any(
-            self.enclosing_function(loop) is fn and self.comes_after(site.statement, loop) and self.loop_trains(loop)
+            self.enclosing_function(loop) is fn and self.comes_after(site.statement, loop) and self.call_graph.trains(loop)
             for loop in self.c.loops
         )
 
@@ -680,12 +680,9 @@ class ModelAnalysis:
         """Does `statement` contain a loop that trains (backward, a step, or a call of this file's functions)?"""
         fn = self.enclosing_function(statement)
         return any(
-            self.is_inside(loop, statement) and self.enclosing_function(loop) is fn and self.loop_trains(loop)
+            self.is_inside(loop, statement) and self.enclosing_function(loop) is fn and self.call_graph.trains(loop)
             for loop in self.c.loops
         )
-
-    def loop_trains(self, loop: cst.CSTNode) -> bool:
-        return self.call_graph.trains(loop)
 
     def last_preparation(self, expr: str, definition: Statement, keyed_from: Optional[Statement] = None) -> Statement:
         """The last statement, before training starts, that still prepares the model.
@@ -726,11 +723,7 @@ class ModelAnalysis:
             return self.holds_training(statement)
         if any(call in self.c.trained_arguments for call in descendants(statement, cst.Call)):
             return True  # `train(config, model, ...)` of a project module that trains it
-        return self.calls_training_function(statement)
-
-    def calls_training_function(self, statement: cst.SimpleStatementLine) -> bool:
-        """`loss.backward()`, or `train(model, loader)`: a call of one of this file's functions that trains."""
-        return self.call_graph.trains(statement)
+        return self.call_graph.trains(statement)  # `loss.backward()`, or `train(model, loader)` of this file
 
     def prepares(self, statement: Statement, expr: str, loads: bool = True) -> bool:
         if isinstance(statement, cst.SimpleStatementLine):
@@ -753,6 +746,3 @@ class ModelAnalysis:
             isinstance(call.func, cst.Name) and _prepares_model(call.func.value) and _passes(call, model)
             for call in descendants(statement, cst.Call)
         )
-
-    def is_dataparallel_if(self, statement: cst.If) -> bool:
-        return any(anc is statement for call in self.calls(N.DATAPARALLEL) for anc in self.ancestors(call))
