@@ -123,9 +123,13 @@ class SaveFlow(FlowBase):
         """Call sites of a checkpoint helper such as save_checkpoint(state, is_best).
 
         Only a helper that does nothing every rank must do (no loops, no backward/step, no
-        collectives) is guarded at its call sites; anything else gets the guard inside.
+        collectives, no forward of the model) is guarded at its call sites; anything else gets the
+        guard inside: `def sample_image(n): imgs = generator(z); save_image(imgs, path)` keeps the
+        forward on every rank and writes on rank 0.
         """
         if fn is self.entry_function or any(self.a.is_inside(loop, fn) for loop in self.c.loops) or self.trains(fn):
+            return None
+        if self.runs_shared_code(fn.body):
             return None
         if any(self.c.resolve(call.func) and self.c.resolve(call.func).startswith("torch.distributed.") for call in self.calls_within(fn)):  # type: ignore[union-attr]
             return None
