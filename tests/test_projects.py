@@ -277,6 +277,37 @@ def test_plan_names_the_modules_that_were_not_given(tmp_path):
     assert "DDP108" not in updates["train.py"].dropped  # the loader is still unsharded: the finding stays
 
 
+_EVALUATE = '''import torch
+
+
+def evaluate(net, batches):
+    with torch.no_grad():
+        return sum(float(net(x).mean()) for x in batches) / net.n_outputs
+'''
+_HANDS_OVER = _ENTRY.replace("from saver import save_checkpoint", "from evaluate import evaluate").replace(
+    "    model = nn.Linear(4, 1)\n", "    model = nn.Linear(4, 1)\n    model.n_outputs = 1\n").replace(
+    "        save_checkpoint(model, epoch)\n", "        print(evaluate(model, [torch.randn(2, 4)]))\n")
+
+
+def test_script_whose_module_reads_the_models_attributes_stays_unchanged_without_it(tmp_path):
+    """evaluate.py reads `net.n_outputs`: handed the DDP wrapper it raises AttributeError. Alone,
+    the script is left as it was (a script that crashes is worse than a reported decline)."""
+    files = {"train.py": _HANDS_OVER, "loaders.py": _LOADERS, "evaluate.py": _EVALUATE}
+    _, updates = _project(tmp_path, files, given=["train.py"])
+    assert updates["train.py"].revert
+    messages = [d.message for d in updates["train.py"].diagnostics if d.code == "DDP140"]
+    assert messages[0].startswith("left unchanged: evaluate.py:6 reads the model's own attributes"), messages
+    assert any(m.startswith("evaluate.py:6 needs DDP034") for m in messages), messages
+
+
+def test_script_and_the_module_reading_the_models_attributes_migrate_together(tmp_path):
+    files = {"train.py": _HANDS_OVER, "loaders.py": _LOADERS, "evaluate.py": _EVALUATE}
+    _, updates = _project(tmp_path, files)
+    assert not updates["train.py"].revert
+    assert {c.code for c in updates["evaluate.py"].changes} == {"DDP034"}
+    assert "(net.module if isinstance(net, DDP) else net).n_outputs" in updates["evaluate.py"].code
+
+
 def test_plan_leaves_distributed_and_test_modules_alone(tmp_path):
     sharded_elsewhere = _LOADERS.replace("from torch.utils.data import", "from torch.utils.data.distributed import DistributedSampler\nfrom torch.utils.data import")
     _, updates = _project(tmp_path, {

@@ -34,7 +34,7 @@ from migrator.project.outcome import ProjectFile, Update, plannable, relative
 from migrator.project.hints import LIBRARY_DECLINES
 from migrator.project.trainers import Engine, left_with_its_script, migrate_together
 from migrator.project.rewrite import DATAPARALLEL_IN_MODULE, ModuleRole, migrate_module
-from migrator.rules.modules import MODULE_NEEDS_MIGRATION, MODULE_SAMPLER, MODULE_SET_EPOCH
+from migrator.rules.modules import MODULE_MODEL_API, MODULE_NEEDS_MIGRATION, MODULE_SAMPLER, MODULE_SET_EPOCH
 from migrator.types import Change, Diagnostic, Result
 
 SETUP_CODE = "DDP001"  # the per-file engine set up the process group: the file is an entry point
@@ -184,6 +184,7 @@ def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Opt
             changes = result.changes
             diagnostics += result.diagnostics
     unmet = False
+    crashes: Optional[Diagnostic] = None
     for module, chain in outside:
         text = graph.text(module)
         if text is None:
@@ -196,6 +197,13 @@ def _entry_update(entry: ProjectFile, outside, graph: ProjectGraph, options: Opt
         for change in needs.changes:
             unmet = unmet or change.code == MODULE_SAMPLER.code
             diagnostics.append(_needs(entry, module, chain, change, graph.import_line(entry.path, chain[1])))
+            if change.code == MODULE_MODEL_API.code and crashes is None:
+                crashes = _crashes(entry, module, chain, change, graph.import_line(entry.path, chain[1]))
+    if crashes is not None:
+        # `evaluate(model, ...)` in evaluate.py reads `net.n_classes`: handed the DDP wrapper, it
+        # would raise AttributeError at the first call. A script that crashes is worse than one
+        # left as it was: it stays unchanged until its module can be migrated with it.
+        return Update(None, (), (crashes, *(d for d in diagnostics if options.enabled(d.code))), revert=True)
     # The script's "no loader of this file feeds the training" and "no epoch loop drives this
     # sharded loader" are answered where its modules got the sampler and the set_epoch.
     made = made | {c.code for c in changes}
@@ -301,6 +309,17 @@ def _needs(entry: ProjectFile, module: str, chain: Tuple[str, ...], change: Chan
     message = (f"{shown}:{change.line} needs {change.code}: {change.message}{through}; it is not among the files "
                "given, so it was left unchanged: run ddp-migrate on the project's folder, or name it too")
     return Diagnostic(MODULE_NEEDS_MIGRATION.code, line, 1, message)  # at the import that leads to it
+
+
+def _crashes(entry: ProjectFile, module: str, chain: Tuple[str, ...], change: Change, line: int) -> Diagnostic:
+    """DDP140 on a script left unchanged: a module not given reads the model's own attributes."""
+    shown = relative(module, entry.path)
+    via = " -> ".join(relative(p, entry.path) for p in chain[1:-1])
+    through = f" (imported through {via})" if via else ""
+    message = (f"left unchanged: {shown}:{change.line}{through} reads the model's own attributes, which the DDP "
+               f"wrapper does not have (it would raise AttributeError there), and {shown} is not among the files given: "
+               "run ddp-migrate on the project's folder, or name it too")
+    return Diagnostic(MODULE_NEEDS_MIGRATION.code, line, 1, message)
 
 
 def _batch_mode(options: Options, wraps: Sequence[bool]) -> Tuple[str, str]:
