@@ -42,6 +42,9 @@ class Plan:
     # imports added only when the new code reads the name they bind (codegen.with_imports)
     imports_if_used: List[Tuple[str, Optional[str], Optional[str]]] = field(default_factory=list)
     unused_imports: List[Tuple[str, str, Optional[str]]] = field(default_factory=list)
+    # removed statements whose comment lines the edit put elsewhere itself (above the code that
+    # replaces them); any other removed statement's comments go to the statement after it
+    comments_moved: Set[cst.CSTNode] = field(default_factory=set)
     changes: List[Change] = field(default_factory=list)
     diagnostics: List[Diagnostic] = field(default_factory=list)
     batch: Optional[str] = None  # Options.batch: what a sharded loader's batch_size means (rules.global_batch)
@@ -171,6 +174,7 @@ def merged(parts: Sequence[Plan], fixes: FrozenSet[str], dropped: Sequence[Plan]
         for spec in part.imports_if_used:
             plan.need_import_if_used(*spec)
         plan.unused_imports.extend(part.unused_imports)
+        plan.comments_moved.update(part.comments_moved)
         plan.changes.extend(part.changes)
         plan.diagnostics.extend(part.diagnostics)
     return plan
@@ -191,6 +195,10 @@ class _Applier(cst.CSTTransformer):
         self.names: Dict[cst.CSTNode, str] = {value: name for pairs in plan.computed.values() for value, name in pairs}
         self.values: Dict[cst.CSTNode, cst.CSTNode] = {}  # original expression -> updated, computed first
         self.computations: Dict[cst.CSTNode, List[cst.BaseStatement]] = {}  # original statement -> its `name = value`s
+        # The comment lines above a statement an edit removed, until its block is left (_keep_comments),
+        # and what each statement of such a block became first (its updated self, or the first inserted before it).
+        self.orphaned: Dict[cst.CSTNode, List[cst.EmptyLine]] = {}
+        self.emitted: Dict[cst.CSTNode, cst.CSTNode] = {}
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         # Only walk down to the edited nodes: the rest of the tree is kept as it is.
@@ -200,6 +208,8 @@ class _Applier(cst.CSTTransformer):
         result = updated
         for replacer in self.plan.replacements.get(original, ()):
             result = replacer(result)  # type: ignore[assignment]
+        if self.orphaned and isinstance(result, (cst.IndentedBlock, cst.Module)):
+            result = self._keep_comments(original, result)
         if original in self.names:
             self.values[original] = result
             result = cst.Name(self.names[original])
@@ -221,12 +231,56 @@ class _Applier(cst.CSTTransformer):
             self.guarded[result] = self.plan.guards[original]
         before = [*self.plan.before.get(original, []), *computed]  # the computations right before it
         after = self.plan.after.get(original, [])
+        if isinstance(original, cst.BaseStatement):
+            self._emitted(original, result, before, after)
         if before or after:
             if isinstance(result, cst.BaseStatement):
                 return cst.FlattenSentinel([*before, result, *after])
             if isinstance(result, cst.RemovalSentinel):
                 return cst.FlattenSentinel([*before, *after])
         return result
+
+    def _emitted(self, original: cst.BaseStatement, result, before, after) -> None:
+        made = [result] if isinstance(result, cst.BaseStatement) else list(result.nodes) if isinstance(result, cst.FlattenSentinel) else []
+        kept = bool(made)  # replaced by other statements: the replacer chose what becomes of its comments
+        first = next(iter([*before, *made, *after]), None)
+        if first is not None:
+            self.emitted[original] = first
+        if kept or original in self.plan.comments_moved:
+            return
+        # An edit that put code in its place may have given that code the comment already.
+        placed = {line.comment.value for s in (*before, *after) for line in getattr(s, "leading_lines", ()) if line.comment}
+        orphans = [line for line in original.leading_lines if line.comment is not None and line.comment.value not in placed]
+        if orphans:
+            self.orphaned[original] = orphans
+
+    def _renamed(self, old: cst.CSTNode, new: cst.CSTNode) -> cst.CSTNode:
+        """`new` stands for `old` in what later steps look up by identity (guards, produced statements)."""
+        if old in self.guarded:
+            self.guarded[new] = self.guarded.pop(old)
+        for key, value in self.produced.items():
+            if value is old:
+                self.produced[key] = new
+        return new
+
+    def _keep_comments(self, original, block):
+        """A removed statement's comment lines go above the statement that follows it (`# see issue
+        #1` above `opt.workers *= n_gpu` and `opt.batch_size *= n_gpu` stays when the first goes), or
+        to the block's end: a user's comment is never lost."""
+        body = list(block.body)
+        carried: List[cst.EmptyLine] = []
+        for statement in original.body:
+            if statement in self.orphaned:
+                carried += self.orphaned.pop(statement)
+                continue  # what was inserted around it is the edit's own code: the comment goes below
+            index = next((i for i, s in enumerate(body) if s is self.emitted.get(statement)), None) if carried else None
+            if index is not None:
+                body[index] = self._renamed(body[index], body[index].with_changes(
+                    leading_lines=[*carried, *body[index].leading_lines]))
+                carried = []
+        if carried:
+            return block.with_changes(body=body, footer=[*block.footer, *carried])
+        return block.with_changes(body=body)
 
     def _computed(self, original: cst.CSTNode, result: cst.CSTNode) -> List[cst.BaseStatement]:
         """`name = <value>` for each value the statement computes first (Plan.compute_first)."""

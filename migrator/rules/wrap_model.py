@@ -378,9 +378,12 @@ def _replace_dataparallel(facts: ScriptFacts, plan: Plan, model: ModelFact, site
         plan.replace(holder, lambda updated: kept.with_changes(leading_lines=updated.leading_lines))
         plan.insert_after(model.wrap_after, _wrap_statement(facts, model))
     else:
-        # The model is still moved or loaded after the DataParallel line: wrap after that instead.
+        # The model is still moved or loaded after the DataParallel line: wrap after that instead,
+        # under the comment that was above it (`# Handle multi-gpu if desired`).
         plan.replace(holder, lambda _: cst.RemoveFromParent())
-        plan.insert_after(model.wrap_after, new)
+        plan.comments_moved.add(holder)
+        comments = [line for line in holder.leading_lines if line.comment is not None]
+        plan.insert_after(model.wrap_after, [new[0].with_changes(leading_lines=[*comments, *new[0].leading_lines]), *new[1:]])
     _drop_replication_patch(facts, plan, site)
     what = "conditional DataParallel" if site.conditional else "DataParallel"
     plan.changes.append(Change(RULE.code, line, col, f"{what} on {model.expr} becomes DistributedDataParallel"))
