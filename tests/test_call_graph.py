@@ -110,3 +110,61 @@ def test_a_function_and_a_statement_are_asked_the_same_way():
     assert graph.trains(functions["train"]) and not graph.trains(functions["evaluate"])
     train_call, evaluate_call = module.body[2], module.body[3]
     assert graph.trains(train_call) and not graph.trains(evaluate_call)
+
+
+def test_an_instance_of_a_class_of_the_file_called_runs_its_call_method():
+    assert _trains("""
+        class Stepper:
+            def __call__(self, loss, optimizer):
+                loss.backward()
+                optimizer.step()
+
+        stepper = Stepper()
+        for batch in batches:
+            stepper(model(batch).sum(), optimizer)
+    """) == {"batch": True}
+
+
+_SCHEDULER_DEMO = '''import torch
+import torch.nn as nn
+
+
+class Warmup:
+    def __init__(self, optimizer, steps):
+        self.optimizer, self.steps = optimizer, steps
+
+    def __call__(self, optimizer, i):
+        for group in optimizer.param_groups:
+            group["lr"] = 0.1 * min(1.0, (i + 1) / self.steps)
+
+
+if __name__ == "__main__":
+    model = nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = Warmup(optimizer, 10)
+    lrs = []
+    for i in range(20):
+        scheduler(optimizer, i)
+        lrs.append(optimizer.param_groups[0]["lr"])
+    print(model, lrs[-1])
+'''
+
+
+def test_an_optimizer_nothing_trains_with_is_no_training():
+    """A scheduler's plotting demo under a module's main guard builds an optimizer and never runs a
+    backward or a step: nothing to migrate (it was set up and wrapped in DDP before)."""
+    from migrator.api import migrate
+
+    result = migrate(_SCHEDULER_DEMO)
+    assert result.code == _SCHEDULER_DEMO and not result.changes
+
+
+def test_an_optimizer_handed_with_its_model_to_code_the_file_cannot_read_still_trains():
+    from migrator.api import migrate
+
+    handed = _SCHEDULER_DEMO.replace("import torch.nn as nn\n", "import torch.nn as nn\nfrom engine import fit\n").replace(
+        "    print(model, lrs[-1])\n", "    fit(model, optimizer)\n")
+    assert "DDP003" in {c.code for c in migrate(handed).changes}
+    stepped = _SCHEDULER_DEMO.replace("        scheduler(optimizer, i)\n",
+                                      "        scheduler(optimizer, i)\n        model(torch.randn(2, 4)).sum().backward()\n        optimizer.step()\n")
+    assert "DDP003" in {c.code for c in migrate(stepped).changes}

@@ -4,6 +4,7 @@ The methods of a mixin of `_Analysis` (passes.py).
 """
 from __future__ import annotations
 
+import builtins
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
@@ -82,6 +83,14 @@ _MODULE_METHODS = frozenset({"to", "cuda", "train", "eval", "parameters", "named
 _BUILDING_PREFIXES = ("create", "build", "init", "load", "reset", "setup", "freeze", "set_", "initialize")
 
 
+_BUILTINS = frozenset(dir(builtins))
+
+
+def _library(qualified: Optional[str]) -> bool:
+    """torch's, numpy's or the standard library's function: `torch.save(model, path)`, `copy.deepcopy(model)`."""
+    return bool(qualified) and qualified.split(".")[0] in ("torch", "numpy", "copy", "pickle")  # type: ignore[union-attr]
+
+
 def _prepares_model(method: str) -> bool:
     return method in N.PREPARE_METHODS or method.lstrip("_").startswith(_BUILDING_PREFIXES)
 
@@ -132,6 +141,8 @@ class ModelAnalysis:
         models: Dict[str, ModelFact] = {}
         updates = [call for call, _ in self.c.optimizer_calls] + self.c.manual_updates + self.c.optimizer_helpers
         for call in updates:
+            if self.idle_optimizer(call):
+                continue
             first: Optional[str] = None  # the first model this update trains: the others join its optimizer
             for expr in self.parameter_owners(call):
                 if expr in models or expr == "self":
@@ -207,6 +218,52 @@ class ModelAnalysis:
                 )
                 first = first or expr
         return tuple(models.values())
+
+    def idle_optimizer(self, call: cst.Call) -> bool:
+        """An optimizer built and never used to train: a scheduler's plotting demo under a module's
+        main guard (`optimizer = SGD(resnet.parameters()); for i in ...: scheduler(optimizer, i)`).
+        Nothing in the file runs a backward or an optimizer step, and the model is handed to nothing
+        that could (training needs its forward): not to code this file cannot read (an imported
+        `train(model, optimizer)`, a trainer object), to its own code that trains, or into another
+        object or container. An optimizer a class builds on `self` may be stepped by a base class
+        defined elsewhere: it is never idle."""
+        if call in self.c.manual_updates or call in self.c.optimizer_helpers or self.enclosing_class(call) is not None:
+            return False
+        if self._file_trains():
+            return False
+        for expr in _parameter_owners(call):
+            definition = self.model_definition(expr, call) if "." not in expr else None
+            if definition is None:
+                return False  # a model whose build we cannot find: its training may be anywhere
+            if any(self._may_train_through(use) for use in self.model_value(expr, definition).references()):
+                return False
+        return bool(_parameter_owners(call))
+
+    def _may_train_through(self, use: cst.CSTNode) -> bool:
+        """Could what `use` (a reference of the model) is part of train the model elsewhere?"""
+        parent = self.parent(use)
+        if isinstance(parent, cst.Attribute) and parent.value is use:
+            return False  # `model.parameters()`, `model.eval()`: its own methods and attributes
+        if isinstance(parent, cst.Arg):
+            holder = self.parent(parent)
+            if isinstance(holder, cst.Call):
+                target = self.call_graph.callee(holder)
+                if target is not None:
+                    return self.call_graph.trains(target)
+                builtin = isinstance(holder.func, cst.Name) and holder.func.value in _BUILTINS and not self.c.refers.get(holder.func)
+                return not builtin and not _library(self.c.resolve(holder.func))
+        if isinstance(parent, cst.Assign) and all(isinstance(t.target, cst.Name) for t in parent.targets):
+            return False  # `m = model`: the flow follows the name
+        return not isinstance(parent, (cst.Comparison, cst.Expr))
+
+    def _file_trains(self) -> bool:
+        """Does any code of the file run a backward or step an optimizer it builds?"""
+        if "_file_trains_cache" not in self.__dict__:
+            graph = self.call_graph
+            self.__dict__["_file_trains_cache"] = any(
+                (isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward") or graph.steps_optimizer(c)
+                or c in self.c.trained_arguments for c in self.c.calls)
+        return self.__dict__["_file_trains_cache"]
 
     def same_scope(self, statement, definition) -> bool:
         """Is `statement` about the same variable as `definition` (same function; same class for self.x)?"""

@@ -64,7 +64,8 @@ class CallGraph:
         if isinstance(func, cst.Name):
             read = self.c.refers.get(func)
             if read:  # the def or class the name reads, wherever it is defined (in an `if` block too)
-                return self._defined(read)
+                # ... or an instance of this file's class, called: `scheduler(optimizer, i, epoch)`
+                return self._defined(read) or self.method_of(self.instance_class(func), "__call__")
             if func.value in self.classes:
                 return self.method_of(self.classes[func.value], "__init__")
             return self.functions.get(func.value)

@@ -54,6 +54,9 @@ def main():
     model = torch.nn.Linear(4, 2).to(device)
     model = DP(model, device_ids=[0, 1])
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        model(torch.randn(8, 4, device=device)).sum().backward()
+        optimizer.step()
 
 
 if __name__ == "__main__":
@@ -79,6 +82,9 @@ def main():
     model = torch.nn.Linear(4, 2).to(device)
     model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        model(torch.randn(8, 4, device=device)).sum().backward()
+        optimizer.step()
 
 
 if __name__ == "__main__":

@@ -28,6 +28,9 @@ def build():
 if __name__ == "__main__":
     model = build()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
 ''',
             diagnostics=("DDP103",),
         ),
