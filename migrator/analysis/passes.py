@@ -211,7 +211,7 @@ class _Analysis(EntryAnalysis, ModelAnalysis, DeviceAnalysis, ImportAnalysis):
         loaders = flow.loaders()
         wrapped = [m_ for m_ in models if not m_.already_ddp and m_.wrap_after is not None]
         self.rebound = {m_.expr: flow.reassignments(m_) for m_ in wrapped}
-        uses = tuple(use for model in wrapped for use in flow.model_uses(model))
+        uses = _one_use_per_node(use for model in wrapped for use in flow.model_uses(model))
         saves = flow.saves()
         logged = flow.logged_statements(loaders)
         return dict(
@@ -263,3 +263,16 @@ def _analysis(module: cst.Module, context: Optional[FileContext] = None, source:
         collector.trained_moves = {call for call, (_, _, moves) in trained.items() if moves}
         collector.optimizer_helpers += [call for call in collector.trained_arguments if call not in collector.optimizer_helpers]
     return _Analysis(module, collector, context, source)
+
+
+def _one_use_per_node(uses) -> tuple:
+    """A helper handed two models (`train_model(model_ft, ...)`, then `train_model(model_conv, ...)`)
+    reads both through the same `model.state_dict()`: one use, one `.module` edit (two made
+    `model.module.module`). The model wrapped only with parameters to train (ModelFact.guarded)
+    wins: its isinstance unwrap is right for the other too."""
+    found: dict = {}
+    for use in uses:
+        kept = found.get(use.node)
+        if kept is None or (use.model.guarded and not kept.model.guarded):
+            found[use.node] = use
+    return tuple(found.values())

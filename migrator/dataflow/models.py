@@ -89,10 +89,25 @@ class ModelFlow(FlowBase):
                 continue
             if _returns_itself(value, binding):
                 continue  # `model = model.train()`: nn.Module methods return the (wrapped) module itself
+            if self._hands_back(value, model):
+                continue  # `model = train_model(model, ...)`, which returns the model it is handed
             if statement not in found:
                 found.append(statement)
         found += [s for s in self._reloads(model, owner) if s not in found]
         return tuple(found)
+
+    def _hands_back(self, value: Optional[cst.BaseExpression], model: Model) -> bool:
+        """A call of this file's function, handed the wrapped model, whose every return gives back
+        what it was handed (the transfer-learning tutorial's `train_model(model, ...)`: `return model`):
+        the name still holds the wrapper."""
+        target = self.callee(value) if isinstance(value, cst.Call) else None
+        if target is None:
+            return False
+        wrapped = self.wrapped(model)
+        if not any(wrapped.holds(arg.value) for arg in value.args):  # type: ignore[union-attr]
+            return False
+        returns = [r for r in descendants(target, cst.Return) if self.a.enclosing_function(r) is target]
+        return bool(returns) and all(isinstance(r.value, cst.Name) and wrapped.holds(r.value) for r in returns)
 
     def _reloads(self, model: Model, owner) -> List[Statement]:
         """`model_load(path)` after the wrap, a function of the file whose `global model` rebinds

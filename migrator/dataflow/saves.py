@@ -14,13 +14,17 @@ from migrator.dataflow.core import FlowBase, LoaderFact, SaveSite, Statement, _i
 from migrator.tree import class_methods, descendants
 
 
+# Folders and files each process makes for itself (a new name in every process)
+_PRIVATE_FOLDERS = frozenset({"tempfile.TemporaryDirectory", "tempfile.mkdtemp", "tempfile.mkstemp", "tempfile.NamedTemporaryFile"})
+
+
 class SaveFlow(FlowBase):
     """Checkpoint writes, per-step prints, reads after a write, rank-divergent checks."""
 
     def saves(self) -> Tuple[SaveSite, ...]:
         sites = []
         for call in [*self.a.calls(N.RESULT_WRITES), *self.imported_checkpoint_helpers()]:
-            if self.under_rank_check(call):
+            if self.under_rank_check(call) or any(self.private_path(arg.value) for arg in call.args[1:]):
                 continue
             holder = self.enclosing_lambda(call)
             if holder is not None:
@@ -40,6 +44,23 @@ class SaveFlow(FlowBase):
             shared = next((s for s in statements if self.runs_shared_code(s, saving=call)), None)
             sites.append(SaveSite(call, statements, shared, inner if helper_calls else None))
         return tuple(sites)
+
+    def private_path(self, node: cst.BaseExpression, depth: int = 0) -> bool:
+        """A path in a folder each process makes for itself (`with TemporaryDirectory() as tempdir:
+        path = os.path.join(tempdir, "best.pt")`, the transfer-learning tutorial's best weights): every
+        rank writes and reads back its own file; on rank 0 alone the others would find nothing."""
+        if depth > 3:
+            return False
+        if isinstance(node, cst.Call):
+            if self.c.resolve(node.func) in _PRIVATE_FOLDERS:
+                return True
+            return any(self.private_path(arg.value, depth + 1) for arg in node.args)
+        if isinstance(node, (cst.BinaryOperation, cst.FormattedString)):
+            return any(self.private_path(part, depth + 1) for part in descendants(node, cst.Name))
+        if not isinstance(node, cst.Name):
+            return False
+        read = self.c.refers.get(node, ())
+        return bool(read) and all(b.value is not None and self.private_path(b.value, depth + 1) for b in read)
 
     def enclosing_lambda(self, call: cst.Call) -> Optional[cst.Lambda]:
         """The lambda the write is in (`lambda epoch: torch.save(state, path)`), if any."""
