@@ -65,6 +65,8 @@ class ModelFact:
     # `if args.cuda: model.cuda()`: the model is on a GPU only when this holds (DDP's device_ids follow it)
     cuda_condition: Optional[str] = None
     moved: bool = True  # False: nothing moves it to a device before the wrap (it stays on the CPU)
+    # `model.module` (DataParallel's) read between the DataParallel line and the wrap below it: bare there (DDP003)
+    module_reads_before_wrap: Tuple[cst.Attribute, ...] = ()
     bare_loads: Tuple[cst.Call, ...] = ()  # a DataParallel script's load_state_dict calls that now run before the wrap (DDP014)
     optional: bool = False  # may still be None where it is wrapped (`model_fine = None`, built under a flag)
     device_unknown: bool = False  # built by a helper that may or may not move it (`get_network(args)`)

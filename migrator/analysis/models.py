@@ -195,6 +195,7 @@ class ModelAnalysis:
                 # (`if device == "cuda": net = DataParallel(net)`, stripped) the load read prefixed keys on one branch only, and the saves
                 # now write bare ones: dropping the prefix reads both.
                 bare_loads = self.loads_between(expr, dp_from, wrap_after) if dp_from is not None and wrap_after is not None else ()
+                early_reads = self.module_reads_between(expr, dp_from, wrap_after) if dp_from is not None and wrap_after is not None else ()
                 models[expr] = ModelFact(
                     expr=expr,
                     optimizer_call=call,
@@ -208,6 +209,7 @@ class ModelAnalysis:
                     cuda_condition=self.cuda_condition(expr, anchor, wrap_after) if anchor is not None else None,
                     moved=moved,
                     bare_loads=bare_loads,
+                    module_reads_before_wrap=early_reads,
                     held_by=self.held_before_wrap(expr, definition, wrap_after) if definition is not None else None,
                     device_unknown=definition is not None and self.built_by_helper(definition) and not self.moves_itself(expr, definition),
                     optional=definition is not None and self.assigned_none(expr, definition),
@@ -579,6 +581,23 @@ class ModelAnalysis:
             return ()
         calls = [call for statement in body[body.index(start) : body.index(end) + 1] for call in descendants(statement, cst.Call)]
         return tuple(call for call in self.calls_on(self.model_value(expr, start), ("load_state_dict",), calls) if call.args)
+
+    def module_reads_between(self, expr: str, start: Statement, end: Statement) -> Tuple[cst.Attribute, ...]:
+        """`self.model.module` from the DataParallel line `start` to `end`, after which the DDP wrap
+        goes now: the model is bare there (pytorch-deeplab-xception's `if args.cuda:
+        self.model.module.load_state_dict(...)` in the resume block below its DataParallel)."""
+        block = self.block_of(start)
+        body = list(block.body) if block is not None else []  # type: ignore[union-attr]
+        if start not in body or end not in body:
+            return ()
+        inside = body[body.index(start) : body.index(end) + 1]
+        model = self.model_value(expr, start)
+        return tuple(
+            parent for node in model.references()
+            for parent in (self.parent(node),)
+            if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value == "module"
+            and any(self.is_inside(node, statement) for statement in inside)
+        )
 
     def moved_in_callee(self, expr: str, definition: Optional[Statement]) -> Optional[cst.Call]:
         """A model the file never moves before its wrap, moved later by a function it is handed to:

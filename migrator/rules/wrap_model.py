@@ -383,10 +383,12 @@ def _replace_dataparallel(facts: ScriptFacts, plan: Plan, model: ModelFact, site
         kept = _build.statements(facts, f"{model.expr} = {inner}\n")[0]
         plan.replace(holder, lambda updated: kept.with_changes(leading_lines=updated.leading_lines))
         plan.insert_after(model.wrap_after, _wrap_statement(facts, model))
+        _bare_before_wrap(facts, plan, model)
     else:
         # The model is still moved or loaded after the DataParallel line: wrap after that instead,
         # under the comment that was above it (`# Handle multi-gpu if desired`).
         plan.replace(holder, lambda _: cst.RemoveFromParent())
+        _bare_before_wrap(facts, plan, model)
         plan.comments_moved.add(holder)
         comments = [line for line in holder.leading_lines if line.comment is not None]
         plan.insert_after(model.wrap_after, [new[0].with_changes(leading_lines=[*comments, *new[0].leading_lines]), *new[1:]])
@@ -404,6 +406,16 @@ def _strip_dataparallel(facts: ScriptFacts, plan: Plan, model: ModelFact) -> Non
     plan.insert_after(model.wrap_after, _wrap_statement(facts, model))
     line, col = facts.line_col(model.wrap_after)
     plan.changes.append(Change(RULE.code, line, col, f"{model.expr} wrapped in DistributedDataParallel"))
+    _bare_before_wrap(facts, plan, model)
+
+
+def _bare_before_wrap(facts: ScriptFacts, plan: Plan, model: ModelFact) -> None:
+    """`self.model.module.load_state_dict(...)` between the DataParallel line and the wrap, which
+    now comes after it: the model is bare there, `.module` goes."""
+    for read in model.module_reads_before_wrap:
+        plan.replace(read, lambda node: node.value)
+        line, col = facts.line_col(read)
+        plan.changes.append(Change(RULE.code, line, col, f"{model.expr} is not wrapped yet here: its own module, not .module"))
 
 
 def _unwrap_site(facts: ScriptFacts, plan: Plan, site: DataParallelSite, keep_move: bool) -> None:
