@@ -20,7 +20,9 @@ In project mode, in the functions and methods of a module that a migrated traini
 imports: a `print(...)` statement runs under `if int(os.environ.get("RANK", 0)) == 0:`, and a tqdm
 progress bar without `disable=` gets `disable=int(os.environ.get("RANK", 0)) != 0`, and a
 `wandb.init(...)` gets `mode=None if int(os.environ.get("RANK", 0)) == 0 else "disabled"` (rank 0
-keeps the mode it had; the other ranks' run is disabled, and logging to it does nothing). torchrun's
+keeps the mode it had; the other ranks' run is disabled, and logging to it does nothing), and a
+TensorBoard entry (`writer.add_scalar(...)`, `add_image`, ...) whose arguments compute nothing but
+values at hand (`loss.item()`) runs under the same check. torchrun's
 RANK decides, not the process group, since such code often runs before the script sets it up (a
 config parser, a data set). Code already under a rank check, and the module's own
 `if __name__ == "__main__":` block, are left alone.""",
@@ -91,6 +93,40 @@ class Trainer:
     def log(self, step, loss):
         self.run.log({"loss": loss}, step=step)
 ''',
+        ),
+        Example(
+            id="tensorboard-curves",
+            before='''from torch.utils.tensorboard import SummaryWriter
+
+
+class Logger:
+    def __init__(self, log_dir):
+        self.writer = SummaryWriter(log_dir)
+
+    def epoch_end(self, epoch, loss, accuracy):
+        self.writer.add_scalar("train/loss", loss.item(), epoch)
+        self.writer.add_scalar("val/accuracy", accuracy, epoch)
+''',
+            after='''from torch.utils.tensorboard import SummaryWriter
+import os
+
+
+class Logger:
+    def __init__(self, log_dir):
+        self.writer = SummaryWriter(log_dir)
+
+    def epoch_end(self, epoch, loss, accuracy):
+        if int(os.environ.get("RANK", 0)) == 0:
+            self.writer.add_scalar("train/loss", loss.item(), epoch)
+            self.writer.add_scalar("val/accuracy", accuracy, epoch)
+''',
+        ),
+        Example(
+            id="tensorboard-image-of-a-forward",
+            before='''def show(writer, model, images, step):
+    writer.add_image("prediction", model(images)[0], step)
+''',
+            fires=False,
         ),
         Example(
             id="already-rank-checked",
@@ -167,6 +203,12 @@ def prepare(out):
 )
 
 
+# TensorBoard's SummaryWriter (torch.utils.tensorboard, tensorboardX): what it adds to the run folder
+_BOARD_ENTRIES = frozenset({"add_scalar", "add_scalars", "add_image", "add_images", "add_histogram", "add_text", "add_figure"})
+# What an entry's arguments may compute and still be written by rank 0 alone: values at hand
+_AT_HAND = frozenset({"item", "cpu", "detach", "numpy", "tolist", "float", "int", "str", "round", "len", "format", "mean", "sum"})
+
+
 class Outputs(ModulePlanner):
     """DDP035, DDP036: what every rank would show or create."""
 
@@ -199,9 +241,32 @@ class Outputs(ModulePlanner):
         elif spelled == "open" and self._log_append(call) is not None:
             self.plan.guard(self._log_append(call), ENV_RANK_ZERO)
             self._change(MODULE_RANK_ZERO_OUTPUT.code, call, "log lines appended on rank 0 only")
+        elif self._board_entry(call) is not None:
+            self.plan.guard(self._board_entry(call), ENV_RANK_ZERO)
+            self._change(MODULE_RANK_ZERO_OUTPUT.code, call, "TensorBoard entry written on rank 0 only")
         else:
             return
         self.plan.need_import("os")
+
+    def _board_entry(self, call: cst.Call) -> Optional[cst.SimpleStatementLine]:
+        """`self.writer.add_scalar("train/loss", loss.item(), step)`, a statement of its own: every
+        rank would write its copy of the curve into the same run folder. Only when its arguments
+        compute nothing but values at hand (`.item()`, `float(...)`): a forward or any other call
+        of the project must stay on every rank."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in _BOARD_ENTRIES):
+            return None
+        statement = self._statement(call)
+        if statement is None or len(statement.body) != 1 or not (
+                isinstance(statement.body[0], cst.Expr) and statement.body[0].value is call):
+            return None
+        for inner in descendants(call, cst.Call):
+            if inner is call:
+                continue
+            name = inner.func.attr.value if isinstance(inner.func, cst.Attribute) else getattr(inner.func, "value", None)
+            if name not in _AT_HAND:
+                return None
+        return statement
 
     def _log_append(self, call: cst.Call) -> Optional[cst.With]:
         """`with open(log_name, "a") as log_file: log_file.write(message)`: a log every rank
