@@ -22,7 +22,8 @@ progress bar without `disable=` gets `disable=int(os.environ.get("RANK", 0)) != 
 `wandb.init(...)` gets `mode=None if int(os.environ.get("RANK", 0)) == 0 else "disabled"` (rank 0
 keeps the mode it had; the other ranks' run is disabled, and logging to it does nothing), and a
 TensorBoard entry (`writer.add_scalar(...)`, `add_image`, ...) whose arguments compute nothing but
-values at hand (`loss.item()`) runs under the same check. torchrun's
+values at hand (`loss.item()`) runs under the same check, as do lines appended to a log file
+(`with open(path, "a") as f: f.write(...)`, or `log = open(path, "a")` then `log.write(...)`). torchrun's
 RANK decides, not the process group, since such code often runs before the script sets it up (a
 config parser, a data set). Code already under a rank check, and the module's own
 `if __name__ == "__main__":` block, are left alone.""",
@@ -122,6 +123,31 @@ class Logger:
 ''',
         ),
         Example(
+            id="appended-log-file",
+            before='''import json
+
+
+def describe(datasets, log_path):
+    log = open(log_path, "a")
+    for name, data in datasets.items():
+        line = json.dumps({"name": name, "samples": len(data)})
+        log.write(line + "\\n")
+    log.close()
+''',
+            after='''import json
+import os
+
+
+def describe(datasets, log_path):
+    log = open(log_path, "a")
+    for name, data in datasets.items():
+        line = json.dumps({"name": name, "samples": len(data)})
+        if int(os.environ.get("RANK", 0)) == 0:
+            log.write(line + "\\n")
+    log.close()
+''',
+        ),
+        Example(
             id="tensorboard-image-of-a-forward",
             before='''def show(writer, model, images, step):
     writer.add_image("prediction", model(images)[0], step)
@@ -203,6 +229,13 @@ def prepare(out):
 )
 
 
+def _appends(call: cst.Call) -> bool:
+    """`open(path, "a")`, `open(path, mode="at")`: a file opened to append to."""
+    mode = next((arg.value for arg in call.args[1:2] if arg.keyword is None), None) or next(
+        (arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "mode"), None)
+    return isinstance(mode, cst.SimpleString) and mode.evaluated_value in ("a", "at")
+
+
 # TensorBoard's SummaryWriter (torch.utils.tensorboard, tensorboardX): what it adds to the run folder
 _BOARD_ENTRIES = frozenset({"add_scalar", "add_scalars", "add_image", "add_images", "add_histogram", "add_text", "add_figure"})
 # What an entry's arguments may compute and still be written by rank 0 alone: values at hand
@@ -241,12 +274,34 @@ class Outputs(ModulePlanner):
         elif spelled == "open" and self._log_append(call) is not None:
             self.plan.guard(self._log_append(call), ENV_RANK_ZERO)
             self._change(MODULE_RANK_ZERO_OUTPUT.code, call, "log lines appended on rank 0 only")
+        elif self._appended_line(call) is not None:
+            self.plan.guard(self._appended_line(call), ENV_RANK_ZERO)
+            self._change(MODULE_RANK_ZERO_OUTPUT.code, call, "log line appended on rank 0 only")
         elif self._board_entry(call) is not None:
             self.plan.guard(self._board_entry(call), ENV_RANK_ZERO)
             self._change(MODULE_RANK_ZERO_OUTPUT.code, call, "TensorBoard entry written on rank 0 only")
         else:
             return
         self.plan.need_import("os")
+
+    def _appended_line(self, call: cst.Call) -> Optional[cst.SimpleStatementLine]:
+        """`log.write(line)`, a statement of its own, where every binding of `log` it reads is
+        `open(path, "a")` (deep-text-recognition-benchmark's dataset log): every rank would append
+        the same lines to the one file. Only when what it writes calls nothing."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "write" and isinstance(func.value, cst.Name)):
+            return None
+        read = self.a.c.refers.get(func.value, ())
+        if not read or not all(b.kind == "assignment" and not b.path and isinstance(b.value, cst.Call)
+                               and dotted_name(b.value.func) == "open" and _appends(b.value) for b in read):
+            return None
+        statement = self._statement(call)
+        if statement is None or len(statement.body) != 1 or not (
+                isinstance(statement.body[0], cst.Expr) and statement.body[0].value is call):
+            return None
+        if any(inner is not call for inner in descendants(call, cst.Call)):
+            return None  # what it writes is computed there: every rank may need that computation
+        return statement
 
     def _board_entry(self, call: cst.Call) -> Optional[cst.SimpleStatementLine]:
         """`self.writer.add_scalar("train/loss", loss.item(), step)`, a statement of its own: every
