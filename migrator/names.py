@@ -5,6 +5,7 @@ every import spelling of a name resolves to one of these strings. The tool never
 """
 from __future__ import annotations
 
+import builtins
 import re
 from typing import Optional
 
@@ -125,6 +126,15 @@ _LOG_FUNCTIONS = frozenset({
     # TensorBoard: one rank's curves, not N interleaved copies of them in the same run folder.
     "add_scalar", "add_scalars", "add_image", "add_images", "add_histogram", "add_text", "add_figure",
 })
+
+
+# Libraries whose functions never run a model's forward nor train it (`torch.save(model, f)`, `copy.deepcopy`)
+LIBRARIES = frozenset({"torch", "numpy", "os", "copy", "pickle", "json", "shutil", "logging", "math", "sys", "io"})
+
+
+def is_builtin(func: cst.BaseExpression) -> bool:
+    """`print`, `len`, `str`, `isinstance`: Python's own, which never run a model's forward."""
+    return isinstance(func, cst.Name) and hasattr(builtins, func.value)
 
 
 def is_optimizer(qname: str) -> bool:

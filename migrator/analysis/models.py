@@ -4,7 +4,6 @@ The methods of a mixin of `_Analysis` (passes.py).
 """
 from __future__ import annotations
 
-import builtins
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
@@ -81,14 +80,6 @@ _MODULE_METHODS = frozenset({"to", "cuda", "train", "eval", "parameters", "named
 # `model.load_pretrained(path)`): the wrap goes after them, since DDP registers the parameters it
 # sees when it is built. A custom `model.fit(...)` is not one: it may train.
 _BUILDING_PREFIXES = ("create", "build", "init", "load", "reset", "setup", "freeze", "set_", "initialize")
-
-
-_BUILTINS = frozenset(dir(builtins))
-
-
-def _library(qualified: Optional[str]) -> bool:
-    """torch's, numpy's or the standard library's function: `torch.save(model, path)`, `copy.deepcopy(model)`."""
-    return bool(qualified) and qualified.split(".")[0] in ("torch", "numpy", "copy", "pickle")  # type: ignore[union-attr]
 
 
 def _prepares_model(method: str) -> bool:
@@ -233,13 +224,14 @@ class ModelAnalysis:
             return False
         if self._file_trains():
             return False
-        for expr in _parameter_owners(call):
+        owners = _parameter_owners(call)
+        for expr in owners:
             definition = self.model_definition(expr, call) if "." not in expr else None
             if definition is None:
                 return False  # a model whose build we cannot find: its training may be anywhere
             if any(self._may_train_through(use) for use in self.model_value(expr, definition).references()):
                 return False
-        return bool(_parameter_owners(call))
+        return bool(owners)
 
     def _may_train_through(self, use: cst.CSTNode) -> bool:
         """Could what `use` (a reference of the model) is part of train the model elsewhere?"""
@@ -252,8 +244,8 @@ class ModelAnalysis:
                 target = self.call_graph.callee(holder)
                 if target is not None:
                     return self.call_graph.trains(target)
-                builtin = isinstance(holder.func, cst.Name) and holder.func.value in _BUILTINS and not self.c.refers.get(holder.func)
-                return not builtin and not _library(self.c.resolve(holder.func))
+                builtin = N.is_builtin(holder.func) and not self.c.refers.get(holder.func)
+                return not builtin and (self.c.resolve(holder.func) or "").split(".")[0] not in N.LIBRARIES
         if isinstance(parent, cst.Assign) and all(isinstance(t.target, cst.Name) for t in parent.targets):
             return False  # `m = model`: the flow follows the name
         return not isinstance(parent, (cst.Comparison, cst.Expr))

@@ -1,7 +1,6 @@
 """Checkpoints and the code only rank 0 should run: saves, prints and logs, rank checks and barriers."""
 from __future__ import annotations
 
-import builtins
 import itertools
 import re
 from typing import Dict, List, Optional, Set, Tuple
@@ -129,7 +128,7 @@ class SaveFlow(FlowBase):
             target = self.callee(call)  # type: ignore[arg-type]
             if target is not None and depth < 3 and self.runs_shared_code(target.body, depth + 1):
                 return True
-            if target is None and call is not saving and not _builtin(func) and not self._library_call(func) and any(
+            if target is None and call is not saving and not N.is_builtin(func) and not self._library_call(func) and any(
                     self.is_model(arg.value) for arg in call.args):
                 return True  # `print(validation(model, loader))`: a function we cannot see runs the model
         return False
@@ -138,7 +137,7 @@ class SaveFlow(FlowBase):
         """torch's, the standard library's or numpy's (`torch.save(model, f)`, `copy.deepcopy`): they
         never run a model's forward. A method call (`trainer.evaluate(model)`) is not."""
         qname = self.c.resolve(func) or ""
-        return qname.split(".")[0] in _LIBRARIES
+        return qname.split(".")[0] in N.LIBRARIES
 
     def save_helper_calls(self, fn: cst.FunctionDef) -> Optional[List[cst.Call]]:
         """Call sites of a checkpoint helper such as save_checkpoint(state, is_best).
@@ -419,9 +418,3 @@ def _only_logs(fn: cst.FunctionDef) -> bool:
     return bool(body) and all(N.is_log_statement(statement) for statement in body)
 
 
-_LIBRARIES = frozenset({"torch", "numpy", "os", "copy", "pickle", "json", "shutil", "logging", "math", "sys", "io"})
-
-
-def _builtin(func: cst.BaseExpression) -> bool:
-    """`print`, `len`, `str`, `isinstance`: Python's own, which never run a model's forward."""
-    return isinstance(func, cst.Name) and hasattr(builtins, func.value)

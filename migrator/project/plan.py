@@ -304,18 +304,22 @@ def _blocked(entry: ProjectFile, blocker, graph: ProjectGraph) -> Update:
 def _needs(entry: ProjectFile, module: str, chain: Tuple[str, ...], change: Change, line: int) -> Diagnostic:
     """DDP140 on the script: `utils/saver.py:12 (imported through trainer.py) needs ...`."""
     shown = relative(module, entry.path)
-    via = " -> ".join(relative(p, entry.path) for p in chain[1:-1])
-    through = f" (imported through {via})" if via else ""
+    through = _imported_through(entry, chain)
     message = (f"{shown}:{change.line} needs {change.code}: {change.message}{through}; it is not among the files "
                "given, so it was left unchanged: run ddp-migrate on the project's folder, or name it too")
     return Diagnostic(MODULE_NEEDS_MIGRATION.code, line, 1, message)  # at the import that leads to it
 
 
+def _imported_through(entry: ProjectFile, chain: Tuple[str, ...]) -> str:
+    """` (imported through trainer.py -> utils/saver.py)`, or nothing for a module the script imports."""
+    via = " -> ".join(relative(p, entry.path) for p in chain[1:-1])
+    return f" (imported through {via})" if via else ""
+
+
 def _crashes(entry: ProjectFile, module: str, chain: Tuple[str, ...], change: Change, line: int) -> Diagnostic:
     """DDP140 on a script left unchanged: a module not given reads the model's own attributes."""
     shown = relative(module, entry.path)
-    via = " -> ".join(relative(p, entry.path) for p in chain[1:-1])
-    through = f" (imported through {via})" if via else ""
+    through = _imported_through(entry, chain)
     message = (f"left unchanged: {shown}:{change.line}{through} reads the model's own attributes, which the DDP "
                f"wrapper does not have (it would raise AttributeError there), and {shown} is not among the files given: "
                "run ddp-migrate on the project's folder, or name it too")

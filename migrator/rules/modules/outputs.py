@@ -261,9 +261,8 @@ class Outputs(ModulePlanner):
             self.plan.replace(call, lambda updated: with_keyword(updated, "disable", ENV_NOT_RANK_ZERO))
             self._change(MODULE_RANK_ZERO_OUTPUT.code, call, "progress bar drawn on rank 0 only")
         elif spelled == "print":
-            statement = self._statement(call)
-            if statement is None or len(statement.body) != 1 or not (
-                    isinstance(statement.body[0], cst.Expr) and statement.body[0].value is call):
+            statement = self._alone(call)
+            if statement is None:
                 return
             self.plan.guard(statement, ENV_RANK_ZERO)
             self._change(MODULE_RANK_ZERO_OUTPUT.code, call, "printed on rank 0 only")
@@ -284,6 +283,14 @@ class Outputs(ModulePlanner):
             return
         self.plan.need_import("os")
 
+    def _alone(self, call: cst.Call) -> Optional[cst.SimpleStatementLine]:
+        """The statement `call` is all of (`print(x)`, `log.write(x)`), if it is."""
+        statement = self._statement(call)
+        if statement is None or len(statement.body) != 1 or not (
+                isinstance(statement.body[0], cst.Expr) and statement.body[0].value is call):
+            return None
+        return statement
+
     def _appended_line(self, call: cst.Call) -> Optional[cst.SimpleStatementLine]:
         """`log.write(line)`, a statement of its own, where every binding of `log` it reads is
         `open(path, "a")` (deep-text-recognition-benchmark's dataset log): every rank would append
@@ -295,9 +302,8 @@ class Outputs(ModulePlanner):
         if not read or not all(b.kind == "assignment" and not b.path and isinstance(b.value, cst.Call)
                                and dotted_name(b.value.func) == "open" and _appends(b.value) for b in read):
             return None
-        statement = self._statement(call)
-        if statement is None or len(statement.body) != 1 or not (
-                isinstance(statement.body[0], cst.Expr) and statement.body[0].value is call):
+        statement = self._alone(call)
+        if statement is None:
             return None
         if any(inner is not call for inner in descendants(call, cst.Call)):
             return None  # what it writes is computed there: every rank may need that computation
@@ -311,9 +317,8 @@ class Outputs(ModulePlanner):
         func = call.func
         if not (isinstance(func, cst.Attribute) and func.attr.value in _BOARD_ENTRIES):
             return None
-        statement = self._statement(call)
-        if statement is None or len(statement.body) != 1 or not (
-                isinstance(statement.body[0], cst.Expr) and statement.body[0].value is call):
+        statement = self._alone(call)
+        if statement is None:
             return None
         for inner in descendants(call, cst.Call):
             if inner is call:
@@ -331,9 +336,7 @@ class Outputs(ModulePlanner):
         if not (isinstance(item, cst.WithItem) and isinstance(block, cst.With) and len(block.items) == 1
                 and item.asname is not None and isinstance(item.asname.name, cst.Name)):
             return None
-        mode = next((arg.value for arg in call.args[1:2] if arg.keyword is None), None) or next(
-            (arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "mode"), None)
-        if not (isinstance(mode, cst.SimpleString) and mode.evaluated_value in ("a", "at")):
+        if not _appends(call):
             return None
         handle = item.asname.name.value
         made: Set[str] = set()  # locals the lines are made of (`now = time.strftime("%c")`)
