@@ -105,7 +105,7 @@ class CallGraph:
         if node in self._trains:
             return self._trains[node]
         self._trains[node] = False  # a recursion trains only through a call that does
-        result = any(self._call_trains(call) for call in self.calls_in(node))
+        result = any(self.call_trains(call) for call in self.calls_in(node))
         self._trains[node] = result
         return result
 
@@ -114,7 +114,7 @@ class CallGraph:
             return self.a.calls_inside[node]
         return list(descendants(node, cst.Call))  # a single statement
 
-    def _call_trains(self, call: cst.Call) -> bool:
+    def call_trains(self, call: cst.Call) -> bool:
         func = call.func
         if isinstance(func, cst.Attribute) and func.attr.value == "backward":
             return True

@@ -73,6 +73,16 @@ class EpochHook:
 
 
 @dataclass(frozen=True)
+class LoaderKeys:
+    """`loaders = {x: DataLoader(data[x], ...) for x in ['train', 'val']}`: one call builds a loader
+    per key, and only the key the training loop reads is sharded (the others are evaluated whole)."""
+
+    variable: str  # the comprehension's key, `x`
+    training: str  # the key whose loader trains, as written: `'train'`
+    every: bool  # every key trains: the sampler needs no condition
+
+
+@dataclass(frozen=True)
 class LoaderFact:
     call: cst.Call
     statement: Statement  # the statement holding the DataLoader(...) call
@@ -89,6 +99,7 @@ class LoaderFact:
     # `for step in range(iters_per_epoch): batch = next(data_iter)`: counts computed from the whole data
     # set would read past this rank's shard; each range(...) argument becomes min(n, len(loader)).
     step_bounds: Tuple[Tuple[cst.Arg, str], ...] = ()  # (the range argument, the loader as spelled there)
+    keys: Optional[LoaderKeys] = None  # built once per key in a dict comprehension
 
 
 @dataclass(frozen=True)
@@ -141,7 +152,7 @@ class FlowBase:
         graph = a.call_graph  # the file's calls and what trains: computed once, shared (dataflow.calls)
         self.functions, self.classes = graph.functions, graph.classes
         self.callee, self.method_of, self.instance_class = graph.callee, graph.method_of, graph.instance_class
-        self.trains, self.steps_optimizer = graph.trains, graph.steps_optimizer
+        self.trains, self.call_trains, self.steps_optimizer = graph.trains, graph.call_trains, graph.steps_optimizer
         self.values = a.values  # the file's value flow (migrator.graph.flow), built once
         self._wrapped: Dict[int, Any] = {}  # id(model) -> its Value once wrapped (dataflow.models)
 
@@ -224,6 +235,22 @@ class FlowBase:
 
 # Calls whose first argument is not what the loop walks over (range(len(loader)) walks indices).
 _NOT_WRAPPERS = {"range", "len", "reversed", "sorted"}
+
+
+def walked_by(a: Navigation, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+    """The loop, or the `iter()` call, that walks `node` (a loader), through the wrappers handed it
+    first (`enumerate(tqdm(loader))`); None when nothing walks it there (`len(loader)`)."""
+    walked, parent = node, a.parent(node)
+    while isinstance(parent, cst.Arg) and parent.keyword is None and not parent.star:
+        call = a.parent(parent)
+        if not isinstance(call, cst.Call) or call.args[0] is not parent:
+            break
+        if N.is_name(call.func, "iter"):
+            return call
+        if (dotted_name(call.func) or "").split(".")[-1] in _NOT_WRAPPERS:
+            return None
+        walked, parent = call, a.parent(call)
+    return parent if isinstance(parent, cst.For) and parent.iter is walked else None
 
 
 def _iterated(loop: cst.CSTNode) -> Optional[str]:

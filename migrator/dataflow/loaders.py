@@ -11,7 +11,7 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.graph.bindings import dotted_name
-from migrator.dataflow.core import _NOT_WRAPPERS, EpochHook, LoaderFact, _iterated, code_of
+from migrator.dataflow.core import _NOT_WRAPPERS, EpochHook, LoaderFact, LoaderKeys, _iterated, code_of, walked_by
 from migrator.graph.flow import LOADER, Value
 from migrator.dataflow.epochs import EpochFlow
 from migrator.tree import descendants
@@ -32,8 +32,14 @@ class LoaderFlow(EpochFlow):
         problem = self.loader_problem(call, dataset, statement)
         target: Optional[str] = None
         loops: List[Tuple[cst.For, str]] = []
-        value = self.values.follow(self.values.receivers(call), LOADER, every=False)
-        if statement is not None:
+        comprehension = _keyed_by(self.a, call)
+        value = self.values.follow(self.values.receivers(comprehension or call), LOADER, every=False)
+        keys = None
+        if statement is not None and comprehension is not None:
+            target, loops, keys = self.keyed_loops(comprehension, statement, value)
+            if problem is None and (keys is None and loops or not _pure(dataset, comprehension) or kwargs):
+                problem = "untraced"  # which key trains, or the sampler's dataset, is not clear: reported
+        elif statement is not None:
             target, loops = self.loader_loops(call, statement, value)
         if problem is None and target is None and not loops:
             problem = "untraced"
@@ -53,7 +59,8 @@ class LoaderFlow(EpochFlow):
                 hooks.extend(h for h in found if h.loop not in {k.loop for k in hooks})
         distributed = self.has_distributed_sampler(call)
         bounds = tuple({id(b[0]): b for use, spelled in loops if training for b in self.step_bounds(use, spelled)}.values())
-        return LoaderFact(call, statement, owner, target, dataset, shuffle, kwargs, training, tuple(hooks), problem, no_epoch, distributed, bounds)  # type: ignore[arg-type]
+        return LoaderFact(call, statement, owner, target, dataset, shuffle, kwargs, training, tuple(hooks), problem, no_epoch,  # type: ignore[arg-type]
+                          distributed, bounds, keys)
 
     def step_bounds(self, use: cst.CSTNode, spelled: str) -> List[Tuple[cst.Arg, str]]:
         """`data_iter = iter(loader)` then `for step in range(n): data = next(data_iter)`: the `n`s
@@ -128,22 +135,58 @@ class LoaderFlow(EpochFlow):
                 uses.setdefault(use, spelled)
         return _assigned_name(statement, call), list(uses.items())
 
+    def keyed_loops(self, comprehension: cst.DictComp, statement, value: Value):
+        """`loaders = {x: DataLoader(data[x], ...) for x in ['train', 'val']}`, walked as
+        `for batch in loaders[phase]` under `for phase in ['train', 'val']`: the loops over one
+        key's loader, spelled with that key (`loaders['train']`, which the epoch loop can read),
+        and the key that trains. A key trains when the loop reads it as a literal, or when every
+        backward and step in the loop sits under `if phase == 'train':`."""
+        elements = [e.value for e in comprehension.for_in.iter.elements]  # type: ignore[attr-defined]
+        keys = {_text(k): code_of(k) for k in elements}
+        uses: Dict[cst.CSTNode, Tuple[str, str, Optional[str]]] = {}  # use: (dict, as read, key that trains)
+        unknown = False
+        for node in sorted(value.references(), key=lambda n: self.c.order.get(n, 0)):
+            read = self.a.parent(node)
+            if not (isinstance(read, cst.Subscript) and read.value is node and len(read.slice) == 1
+                    and isinstance(read.slice[0].slice, cst.Index)):
+                continue  # `loaders.items()`, `len(loaders)`: no loader of one key is walked there
+            key = read.slice[0].slice.value
+            for use, _ in self._walked(read, value):
+                trains = self.use_trains(use)
+                which = _text(key) if isinstance(key, cst.SimpleString) else self._key_trained(use, key) if trains else None
+                unknown = unknown or (trains and which is None)
+                uses.setdefault(use, (code_of(node), code_of(read), which if trains else None))
+        training = {which for _, _, which in uses.values() if which is not None}
+        if unknown and len(keys) == 1:
+            training, unknown = set(keys), False  # one key: it is the one that trains
+        target = _assigned_name(statement, comprehension)
+        if unknown or len(training) != 1 or not training <= set(keys):
+            return target, [(use, read) for use, (_, read, _) in uses.items()], None
+        (key,) = training
+        found = LoaderKeys(comprehension.for_in.target.value, keys[key], every=len(keys) == 1)  # type: ignore[union-attr]
+        return target, [(use, f"{spelled}[{found.training}]") for use, (spelled, _, _) in uses.items()], found
+
+    def _key_trained(self, use: cst.CSTNode, key: cst.BaseExpression) -> Optional[str]:
+        """The key under which `use` (a loop over `loaders[key]`) trains: every backward and optimizer
+        step in it sits in the body of an `if key == 'train':` (None when one does not)."""
+        read = set(self.c.refers.get(key, ()))
+        found = set()
+        for call in self.a.call_graph.calls_in(use):
+            if not self.call_trains(call):
+                continue
+            tests = (anc for anc in self.a.ancestors(call) if isinstance(anc, cst.If) and self.a.is_inside(call, anc.body))
+            literal = next((lit for test in tests for lit in [_compared(test.test, read, self.c.refers)] if lit), None)
+            if literal is None:
+                return None
+            found.add(literal)
+        return found.pop() if len(found) == 1 else None
+
     def _walked(self, node: cst.CSTNode, value) -> List[Tuple[cst.CSTNode, str]]:
         """Where `node`, a reference to the loader, is walked: the loop or `iter()` over it, or the
         imported training function (or trainer) it is handed to."""
-        walked: cst.CSTNode = node
-        parent = self.a.parent(walked)
-        while isinstance(parent, cst.Arg) and parent.keyword is None and not parent.star:
-            call = self.a.parent(parent)
-            if not isinstance(call, cst.Call) or call.args[0] is not parent:
-                break
-            if N.is_name(call.func, "iter"):
-                return [(call, self._spelling(node, value))]
-            if (dotted_name(call.func) or "").split(".")[-1] in _NOT_WRAPPERS:
-                return []
-            walked, parent = call, self.a.parent(call)
-        if isinstance(parent, cst.For) and parent.iter is walked:
-            return [(parent, self._spelling(node, value))]
+        use = walked_by(self.a, node)
+        if use is not None:
+            return [(use, self._spelling(node, value))]
         holder = self.a.parent(node)
         call = self.a.parent(holder) if isinstance(holder, cst.Arg) else None
         if not isinstance(call, cst.Call) or self.callee(call) is not None:
@@ -172,6 +215,50 @@ def _first_walked(node: cst.CSTNode) -> Optional[cst.CSTNode]:
             return None
         node = node.args[0].value
     return node
+
+def _keyed_by(a, call: cst.Call) -> Optional[cst.DictComp]:
+    """The dict comprehension `{x: DataLoader(...) for x in ['train', 'val']}` that builds `call`
+    once per literal key (no `if`, no nested `for`), when it is the value of an assignment."""
+    comprehension = a.parent(call)
+    if not isinstance(comprehension, cst.DictComp) or comprehension.value is not call:
+        return None
+    for_in = comprehension.for_in
+    if for_in.ifs or for_in.inner_for_in is not None or not isinstance(for_in.target, cst.Name):
+        return None
+    elements = for_in.iter.elements if isinstance(for_in.iter, (cst.List, cst.Tuple)) else ()
+    if not elements or not all(isinstance(e, cst.Element) and isinstance(e.value, cst.SimpleString) for e in elements):
+        return None
+    if not (isinstance(comprehension.key, cst.Name) and comprehension.key.value == for_in.target.value):
+        return None
+    return comprehension
+
+
+def _pure(dataset: Optional[cst.BaseExpression], comprehension: cst.DictComp) -> bool:
+    """The loader's dataset can be read twice (by the sampler too) without building it twice:
+    a name, an attribute, or `datasets[x]` by the comprehension's key."""
+    if isinstance(dataset, cst.Subscript):
+        index = dataset.slice[0].slice if len(dataset.slice) == 1 else None
+        pure = isinstance(index, cst.Index) and isinstance(index.value, (cst.Name, cst.SimpleString))
+        dataset = dataset.value if pure else None
+    return isinstance(dataset, (cst.Name, cst.Attribute))
+
+
+def _text(literal: cst.BaseExpression) -> str:
+    value = literal.evaluated_value if isinstance(literal, cst.SimpleString) else None
+    return value if isinstance(value, str) else code_of(literal)
+
+
+def _compared(test: cst.BaseExpression, read, refers) -> Optional[str]:
+    """`phase == 'train'` (either way round), `phase` reading the bindings `read`: 'train'."""
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, cst.Equal)):
+        return None
+    left, right = test.left, test.comparisons[0].comparator
+    for name, literal in ((left, right), (right, left)):
+        if isinstance(literal, cst.SimpleString) and read and set(refers.get(name, ())) == read:
+            return _text(literal)
+    return None
+
 
 def _shuffles(shuffle: Optional[cst.Arg]) -> bool:
     return shuffle is not None and not (isinstance(shuffle.value, cst.Name) and shuffle.value.value == "False")

@@ -1,7 +1,7 @@
 """DDP010: every training DataLoader gets a DistributedSampler, so each rank sees its own shard."""
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 import libcst as cst
 
@@ -24,7 +24,11 @@ the loop over it, a function it is passed to, `self.train_loader` in a Trainer, 
 returns it) gets `sampler=DistributedSampler(<its dataset>, shuffle=<its shuffle>)` and loses
 `shuffle=`. With `**train_kwargs` the shuffle flag is taken out of the dict
 (`train_kwargs.pop("shuffle", False)`), since DataLoader refuses both. Evaluation loaders stay
-unsharded: every rank evaluates the whole set, so metrics stay right.""",
+unsharded: every rank evaluates the whole set, so metrics stay right. Loaders built one per key in
+a dict comprehension (`{x: DataLoader(data[x], ...) for x in ['train', 'val']}`) get the sampler
+inside it, for the one key the training loop reads (a literal key, or `if phase == 'train':`
+around every backward and step); the other keys keep their shuffle and stay whole. When the key
+that trains cannot be told, the loaders are reported (DDP108).""",
     why="""
 Without a sampler every rank trains on the whole dataset: an epoch costs N times the work, the
 effective batch is N copies of the same samples, and the speed-up you migrated for never comes.""",
@@ -102,6 +106,61 @@ if __name__ == "__main__":
             dist.destroy_process_group()
 ''',
         ),
+        Example(
+            id="loaders-keyed-by-phase",
+            before='''import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+data = {x: TensorDataset(torch.randn(16, 4), torch.randn(16, 1)) for x in ['train', 'val']}
+loaders = {x: DataLoader(data[x], batch_size=4, shuffle=True) for x in ['train', 'val']}
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for phase in ['train', 'val']:
+        for x, y in loaders[phase]:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            if phase == 'train':
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+''',
+            after='''import torch
+from torch.utils.data import DataLoader, TensorDataset
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data.distributed import DistributedSampler
+
+# torchrun starts one process per device and sets LOCAL_RANK for each.
+local_rank = int(os.environ.get("LOCAL_RANK", 0))
+if torch.cuda.is_available():
+    torch.cuda.set_device(local_rank)
+backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+if "RANK" in os.environ:  # started by torchrun
+    dist.init_process_group(backend=backend)
+else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+    dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+
+data = {x: TensorDataset(torch.randn(16, 4), torch.randn(16, 1)) for x in ['train', 'val']}
+loaders = {x: DataLoader(data[x], batch_size=4, shuffle=True if x != 'train' else None, sampler=DistributedSampler(data[x], shuffle=True) if x == 'train' else None) for x in ['train', 'val']}
+model = torch.nn.Linear(4, 1)
+model = DDP(model, device_ids=None)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+try:
+    for epoch in range(2):
+        loaders['train'].sampler.set_epoch(epoch)
+        for phase in ['train', 'val']:
+            for x, y in loaders[phase]:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                if phase == 'train':
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+finally:
+    dist.destroy_process_group()
+''',
+            diagnostics=("DDP120",),
+        ),
     ),
 )
 
@@ -172,6 +231,9 @@ def _decline(facts: ScriptFacts, plan: Plan, loader: LoaderFact) -> None:
 
 
 def _shard(facts: ScriptFacts, plan: Plan, loader: LoaderFact) -> None:
+    if loader.keys is not None:
+        _shard_key(facts, plan, loader)
+        return
     name = sampler_name(loader, facts)
     inserted: List[cst.BaseStatement] = []
     dataset = code_of(loader.dataset)
@@ -193,7 +255,7 @@ def _shard(facts: ScriptFacts, plan: Plan, loader: LoaderFact) -> None:
     inserted[0] = inserted[0].with_changes(leading_lines=loader.statement.leading_lines)
     plan.insert_before(loader.statement, inserted)
     plan.replace(loader.statement, lambda statement: statement.with_changes(leading_lines=()))
-    plan.replace(loader.call, lambda call: _with_sampler(call, name))
+    plan.replace(loader.call, lambda call: _with_sampler(call, cst.Name(name)))
     for bound, loader_expr in loader.step_bounds:
         # A step count from the whole data set would call next() past this rank's shard (StopIteration).
         plan.replace(bound, lambda arg, loader_expr=loader_expr: arg.with_changes(
@@ -204,6 +266,25 @@ def _shard(facts: ScriptFacts, plan: Plan, loader: LoaderFact) -> None:
         plan.need_import("torch.utils.data.distributed", "DistributedSampler")
     line, col = facts.line_col(loader.call)
     plan.changes.append(Change(RULE.code, line, col, f"{loader.target or 'loader'} sharded with a DistributedSampler"))
+
+
+def _shard_key(facts: ScriptFacts, plan: Plan, loader: LoaderFact) -> None:
+    """`{x: DataLoader(data[x], shuffle=True) for x in ['train', 'val']}`: the training key's loader
+    gets the sampler, in the comprehension; the others keep their shuffle and stay whole."""
+    keys = loader.keys
+    assert keys is not None
+    sampler = f"{facts.names.sampler}({code_of(loader.dataset)}, shuffle={_shuffle_expr(loader)})"
+    shuffle = None
+    if not keys.every:
+        sampler = f"{sampler} if {keys.variable} == {keys.training} else None"
+        if loader.shuffle is not None:
+            # DataLoader refuses a sampler with shuffle=True; None is its own default.
+            shuffle = cst.parse_expression(f"{code_of(loader.shuffle.value)} if {keys.variable} != {keys.training} else None")
+    plan.replace(loader.call, lambda call: _with_sampler(call, cst.parse_expression(sampler), shuffle))
+    if facts.names.sampler_import_needed:
+        plan.need_import("torch.utils.data.distributed", "DistributedSampler")
+    line, col = facts.line_col(loader.call)
+    plan.changes.append(Change(RULE.code, line, col, f"{loader.target or 'loader'}[{keys.training}] sharded with a DistributedSampler"))
 
 
 def _shuffle_is_parameter(loader: LoaderFact) -> bool:
@@ -223,13 +304,18 @@ def _shuffle_expr(loader: LoaderFact) -> str:
     return "False"
 
 
-def _with_sampler(call: cst.Call, name: str) -> cst.Call:
-    """shuffle=... becomes sampler=<name> in place; without shuffle, sampler goes before **kwargs or last."""
+def _with_sampler(call: cst.Call, value: cst.BaseExpression, shuffle: Optional[cst.BaseExpression] = None) -> cst.Call:
+    """shuffle=... becomes sampler=<value> in place (or, given `shuffle`, keeps that value and the
+    sampler follows it); without shuffle, sampler goes before **kwargs or last."""
     args = list(call.args)
-    sampler = _build.keyword_arg("sampler", cst.Name(name))
+    sampler = _build.keyword_arg("sampler", value)
     for index, arg in enumerate(args):
         if arg.keyword is not None and arg.keyword.value == "shuffle":
-            args[index] = sampler.with_changes(comma=arg.comma, equal=arg.equal)
+            if shuffle is None:
+                args[index] = sampler.with_changes(comma=arg.comma, equal=arg.equal)
+            else:
+                comma = arg.comma if isinstance(arg.comma, cst.Comma) else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+                args[index:index + 1] = [arg.with_changes(value=shuffle, comma=comma), sampler.with_changes(comma=arg.comma, equal=arg.equal)]
             return call.with_changes(args=args)
     star = next((i for i, arg in enumerate(args) if arg.star == "**"), None)
     if star is not None:
