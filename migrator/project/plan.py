@@ -266,7 +266,8 @@ def _merged(found: List[Optional[Handed]]) -> Dict[str, Optional[Receivers]]:
     merged = Handed()
     for handed in known:
         merged.merge(handed)
-    return {"models": merged.models, "epochs": merged.epochs, "states": merged.states}
+    return {"models": merged.models, "epochs": merged.epochs, "states": merged.states,
+            "evaluation_loaders": merged.evaluation_loaders()}
 
 
 def _dataparallel_module(reached, graph: ProjectGraph) -> Optional[Tuple[str, Tuple[str, ...], int]]:

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, FrozenSet, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
 from migrator.errors import MigrateError
 from migrator.graph.bindings import Binding, dotted_name
-from migrator.graph.flow import MODEL, Value
+from migrator.dataflow import walked_by
+from migrator.graph.flow import LOADER, MODEL, Value
 from migrator.graph.modules import NOT_PROJECT_PACKAGES, INDEX, ModuleSummary, lookup
 from migrator.project.rewrite import analysed
 from migrator.rules.modules.base import Receivers
@@ -55,12 +56,20 @@ class Handed:
     models: Receivers = field(default_factory=Receivers)
     epochs: Receivers = field(default_factory=Receivers)
     states: Receivers = field(default_factory=Receivers)
+    # A function of the module that returns a loader -> whether a script trains on what it returns
+    # (False: the script only evaluates with it, and its shuffled DataLoader stays whole).
+    loaders: Dict[str, bool] = field(default_factory=dict)
 
     def merge(self, other: "Handed") -> None:
         for kind in _KINDS:
             for scope, spelled in getattr(other, kind).scopes.items():
                 for name in spelled:
                     getattr(self, kind).add(scope, name)
+        for function, trains in other.loaders.items():
+            self.loaders[function] = self.loaders.get(function, False) or trains
+
+    def evaluation_loaders(self) -> FrozenSet[str]:
+        return frozenset(function for function, trains in self.loaders.items() if not trains)
 
 
 class Family(NamedTuple):
@@ -91,6 +100,7 @@ def handed_values(roots: Roots, script: ModuleSummary, models: Iterable[Model] =
                 project.hand("epochs", reading, call, spec)
             elif not model_value.holds(value) and carries_state(value, model_value):
                 project.hand("states", reading, call, spec)
+        project.returned_loader(reading, call)
     project.run()
     return project.found
 
@@ -172,6 +182,22 @@ class _Project:
                 summary = next((s for s in _summaries(self.roots, real)), None)
             self._readings[real] = _read(real, summary) if summary is not None else None
         return self._readings[real]
+
+    def returned_loader(self, reading: _Reading, call: cst.Call) -> None:
+        """`test_loader = get_test_dataloader(..., shuffle=True)` in the script: whether the loops
+        that walk what a module function returns train (a backward, a step) or only evaluate."""
+        functions = [(target, function) for target, function, cls in self._targets(reading, call)
+                     if target is not reading and cls is None]
+        if not functions:
+            return
+        value = reading.values.follow(reading.values.receivers(call), LOADER, every=False)
+        loops = {walked_by(reading.a, node) for node in value.references()} - {None}
+        if not loops or not all(isinstance(loop, cst.For) for loop in loops):
+            return  # not walked here, or read by next(): not known
+        trains = any(reading.a.call_graph.trains(loop) for loop in loops)
+        for target, function in functions:
+            loaders = self.found.setdefault(target.path, Handed()).loaders
+            loaders[function.name.value] = loaders.get(function.name.value, False) or trains
 
     # -- handing a value over -----------------------------------------------------------------
     def hand(self, kind: str, reading: _Reading, call: cst.Call, spec: str) -> None:

@@ -10,7 +10,7 @@ writes into, and the questions they share about where a node is.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -68,6 +68,8 @@ class ModuleRole:
     models: Optional[Receivers] = None
     epochs: Optional[Receivers] = None
     states: Optional[Receivers] = None
+    # The module's functions whose loaders the scripts only evaluate with (`get_test_dataloader`).
+    evaluation_loaders: FrozenSet[str] = frozenset()
 
 
 @dataclass

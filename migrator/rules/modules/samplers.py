@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
+from migrator.dataflow import walked_by
 from migrator.graph.bindings import dotted_name
+from migrator.graph.flow import LOADER
 from migrator.rule import Example, Rule
 from migrator.tree import descendants
 from migrator.rules.modules.base import (
@@ -127,6 +129,21 @@ class BaseDataLoader(DataLoader):
 ''',
         ),
         Example(
+            id="loader-read-here-for-statistics",
+            before='''import torch
+from torch.utils.data import DataLoader
+
+
+def get_mean_and_std(dataset):
+    dataloader = DataLoader(dataset, batch_size=1, shuffle=True)
+    mean = torch.zeros(3)
+    for inputs, targets in dataloader:
+        mean += inputs.mean(dim=(0, 2, 3))
+    return mean / len(dataset)
+''',
+            fires=False,
+        ),
+        Example(
             id="loader-with-its-own-sampler",
             before='''from torch.utils.data import DataLoader, WeightedRandomSampler
 
@@ -165,6 +182,11 @@ class Samplers(ModulePlanner):
             shuffle = positional[2]
         if shuffle is None or is_false(shuffle.value):
             return  # read in order: an evaluation loader, left whole (each rank evaluates all of it)
+        owner = self._top_level_owner(call)
+        if isinstance(owner, cst.FunctionDef) and owner.name.value in self.role.evaluation_loaders:
+            return  # shuffled, but the scripts only evaluate with what it returns: left whole too
+        if self._read_here_without_training(call):
+            return
         dataset = positional[0].value if positional else next(
             (arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "dataset"), None)
         statement = self._statement(call)
@@ -195,6 +217,20 @@ class Samplers(ModulePlanner):
                  f"; its batch size stays per process, the global batch grows with the processes ({self.role.batch_why}; "
                  "--batch global keeps it)" if self.role.batch_why else "")
         self._change(MODULE_SAMPLER.code, call, f"DistributedSampler for the shuffled DataLoader (`{name}`), when a process group is set up{split}")
+
+    def _read_here_without_training(self, call: cst.Call) -> bool:
+        """`dataloader = DataLoader(dataset, shuffle=True)`, walked only by loops of this module
+        that do not train, and handed nowhere else (pytorch-cifar's get_mean_and_std): statistics
+        or an evaluation, which must see the whole data set on every rank."""
+        function = self.a.enclosing_function(call)
+        if function is None:
+            return False
+        value = self.a.values.follow(self.a.values.receivers(call), LOADER, every=False)
+        loops = [walked_by(self.a, node) for node in value.references()]
+        # Walked in the function that builds it, by loops that neither train nor yield the batches on.
+        return bool(loops) and all(
+            isinstance(loop, cst.For) and self.a.enclosing_function(loop) is function and not self._trains(loop)
+            and not any(True for _ in descendants(loop.body, (cst.Yield, cst.Return))) for loop in loops)
 
     def _random_sampler(self, call: cst.Call, own: cst.Arg) -> bool:
         """`sampler=RandomSampler(dataset, replacement=True, num_samples=...)`: under a process
