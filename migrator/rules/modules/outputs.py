@@ -23,7 +23,8 @@ progress bar without `disable=` gets `disable=int(os.environ.get("RANK", 0)) != 
 keeps the mode it had; the other ranks' run is disabled, and logging to it does nothing), and a
 TensorBoard entry (`writer.add_scalar(...)`, `add_image`, ...) whose arguments compute nothing but
 values at hand (`loss.item()`) runs under the same check, as do lines appended to a log file
-(`with open(path, "a") as f: f.write(...)`, or `log = open(path, "a")` then `log.write(...)`). torchrun's
+(`with open(path, "a") as f: f.write(...)`, or `log = open(path, "a")` then `log.write(...)`) and
+a progress bar drawn by hand with `sys.stdout.write(...)` (with the `for` loops that only draw it). torchrun's
 RANK decides, not the process group, since such code often runs before the script sets it up (a
 config parser, a data set). Code already under a rank check, and the module's own
 `if __name__ == "__main__":` block, are left alone.""",
@@ -148,6 +149,35 @@ def describe(datasets, log_path):
 ''',
         ),
         Example(
+            id="progress-bar-drawn-by-hand",
+            before='''import sys
+
+
+def progress_bar(current, total, msg):
+    done = int(40 * current / total)
+    sys.stdout.write(" [")
+    for i in range(done):
+        sys.stdout.write("=")
+    sys.stdout.write("]")
+    sys.stdout.write(" %d/%d %s\\r" % (current + 1, total, msg))
+    sys.stdout.flush()
+''',
+            after='''import sys
+import os
+
+
+def progress_bar(current, total, msg):
+    done = int(40 * current / total)
+    if int(os.environ.get("RANK", 0)) == 0:
+        sys.stdout.write(" [")
+        for i in range(done):
+            sys.stdout.write("=")
+        sys.stdout.write("]")
+        sys.stdout.write(" %d/%d %s\\r" % (current + 1, total, msg))
+    sys.stdout.flush()
+''',
+        ),
+        Example(
             id="tensorboard-image-of-a-forward",
             before='''def show(writer, model, images, step):
     writer.add_image("prediction", model(images)[0], step)
@@ -229,6 +259,16 @@ def prepare(out):
 )
 
 
+def _values_at_hand(call: cst.Call) -> bool:
+    """Do `call`'s arguments compute nothing but values at hand (`loss.item()`, `'%d' % n`)? A
+    forward or any other call of the project must stay on every rank."""
+    for inner in descendants(call, cst.Call):
+        name = inner.func.attr.value if isinstance(inner.func, cst.Attribute) else getattr(inner.func, "value", None)
+        if inner is not call and name not in _AT_HAND:
+            return False
+    return True
+
+
 def _appends(call: cst.Call) -> bool:
     """`open(path, "a")`, `open(path, mode="at")`: a file opened to append to."""
     mode = next((arg.value for arg in call.args[1:2] if arg.keyword is None), None) or next(
@@ -279,6 +319,9 @@ class Outputs(ModulePlanner):
         elif self._board_entry(call) is not None:
             self.plan.guard(self._board_entry(call), ENV_RANK_ZERO)
             self._change(MODULE_RANK_ZERO_OUTPUT.code, call, "TensorBoard entry written on rank 0 only")
+        elif self._terminal_write(call) is not None:
+            self.plan.guard(self._terminal_write(call), ENV_RANK_ZERO)
+            self._change(MODULE_RANK_ZERO_OUTPUT.code, call, "written to the terminal on rank 0 only")
         else:
             return
         self.plan.need_import("os")
@@ -317,15 +360,21 @@ class Outputs(ModulePlanner):
         func = call.func
         if not (isinstance(func, cst.Attribute) and func.attr.value in _BOARD_ENTRIES):
             return None
-        statement = self._alone(call)
-        if statement is None:
+        return self._alone(call) if _values_at_hand(call) else None
+
+    def _terminal_write(self, call: cst.Call) -> Optional[cst.BaseStatement]:
+        """`sys.stdout.write(' [')`, a statement of its own that writes values at hand: a progress
+        bar drawn by hand (pytorch-cifar's utils.progress_bar), which every rank would draw. A
+        `for` loop that does nothing else (`for i in range(n): sys.stdout.write('=')`) is guarded
+        whole, so that the bar's writes share one rank check."""
+        if self.c.resolve(call.func) != "sys.stdout.write" or not _values_at_hand(call):
             return None
-        for inner in descendants(call, cst.Call):
-            if inner is call:
-                continue
-            name = inner.func.attr.value if isinstance(inner.func, cst.Attribute) else getattr(inner.func, "value", None)
-            if name not in _AT_HAND:
-                return None
+        statement: Optional[cst.BaseStatement] = self._alone(call)
+        block = self.parents.get(statement) if statement is not None else None
+        loop = self.parents.get(block)
+        if (isinstance(loop, cst.For) and isinstance(block, cst.IndentedBlock) and len(block.body) == 1
+                and loop.orelse is None and isinstance(loop.iter, cst.Call) and _values_at_hand(loop.iter)):
+            return loop
         return statement
 
     def _log_append(self, call: cst.Call) -> Optional[cst.With]:
