@@ -222,6 +222,71 @@ def is_gpu_count_test(test: cst.BaseExpression) -> bool:
     return mentions_cuda(test)
 
 
+# Calls that read a value already computed (`loss.item()`, `f"{acc:.3f}"`): writing what they give
+# runs nothing every rank must run.
+_AT_HAND = frozenset({"item", "cpu", "detach", "numpy", "tolist", "float", "int", "str", "round", "len", "format", "mean", "sum"})
+_FILE_WRITES = frozenset({"write", "writelines", "writerow", "writerows", "writeheader", "flush"})
+
+
+def values_at_hand(call: cst.Call) -> bool:
+    """Do `call`'s arguments compute nothing but values at hand (`loss.item()`, `'%d' % n`)? A
+    forward or any other call of the project must stay on every rank."""
+    for inner in (c for arg in call.args for c in descendants(arg.value, cst.Call)):
+        name = inner.func.attr.value if isinstance(inner.func, cst.Attribute) else getattr(inner.func, "value", None)
+        if name not in _AT_HAND:
+            return False
+    return True
+
+
+def is_log_block(statement: cst.CSTNode) -> bool:
+    """`with open(log_name, "a") as log:` whose body only writes values at hand to it, directly
+    or through a csv writer of it (`w = csv.writer(log)`, `w.writerow([epoch, loss])`): a log
+    file every rank would write (with "w", truncate) at once."""
+    if not isinstance(statement, cst.With) or len(statement.items) != 1 or not isinstance(statement.body, cst.IndentedBlock):
+        return False
+    item = statement.items[0]
+    opened = item.item
+    if not (isinstance(opened, cst.Call) and is_name(opened.func, "open") and item.asname is not None
+            and isinstance(item.asname.name, cst.Name) and _writes(opened)):
+        return False
+    handles = {item.asname.name.value}
+    for line in statement.body.body:
+        small = line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
+        if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name) \
+                and isinstance(small.value, cst.Call) and _csv_writer_of(small.value, handles):
+            handles.add(small.targets[0].target.value)
+        elif not (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and values_at_hand(small.value)
+                  and _writes_to(small.value.func, handles)):
+            return False
+    return True
+
+
+def _writes_to(func: cst.BaseExpression, handles) -> bool:
+    """`log.write`, `writer.writerow`, `csv.writer(log).writerow` on one of `handles`."""
+    if not (isinstance(func, cst.Attribute) and func.attr.value in _FILE_WRITES):
+        return False
+    target = func.value
+    if isinstance(target, cst.Call):
+        return _csv_writer_of(target, handles)
+    return isinstance(target, cst.Name) and target.value in handles
+
+
+def _writes(opened: cst.Call) -> bool:
+    """`open(path, "a")`, `open(path, mode="w")`: a literal mode that writes and does not read."""
+    mode = next((a.value for a in opened.args if a.keyword is not None and a.keyword.value == "mode"), None)
+    positional = [a.value for a in opened.args if a.keyword is None and not a.star]
+    mode = mode if mode is not None else positional[1] if len(positional) > 1 else None
+    text = mode.evaluated_value if isinstance(mode, cst.SimpleString) else None
+    return isinstance(text, str) and bool(set(text) & {"a", "w"}) and "+" not in text and "r" not in text
+
+
+def _csv_writer_of(call: cst.Call, handles) -> bool:
+    func = call.func
+    spelled = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
+    first = call.args[0].value if call.args and call.args[0].keyword is None else None
+    return spelled in ("writer", "DictWriter") and isinstance(first, cst.Name) and first.value in handles
+
+
 def is_log_statement(statement: cst.CSTNode) -> bool:
     """A statement that only prints or logs (e.g. "Let's use 4 GPUs!")."""
     if not isinstance(statement, cst.SimpleStatementLine):

@@ -42,7 +42,7 @@ class _Collector(NameIndex):
         self.functions: List[cst.FunctionDef] = []
         self.attributes: List[cst.Attribute] = []
         self.classes: List[cst.ClassDef] = []
-        self.log_statements: List[cst.SimpleStatementLine] = []
+        self.log_statements: List[cst.BaseStatement] = []  # prints and logs, and `with open(log, "a")` blocks
         self.launch_strings: List[cst.BaseExpression] = []
         self.rank_checks: List[cst.If] = []
         self.legacy_launch_imports: List[cst.CSTNode] = []
@@ -156,6 +156,10 @@ class _Collector(NameIndex):
     def visit_Assign(self, node: cst.Assign) -> None:
         super().visit_Assign(node)
         self.assign_nodes.append(node)
+
+    def visit_With(self, node: cst.With) -> None:
+        if N.is_log_block(node):
+            self.log_statements.append(node)
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         if N.is_log_statement(node):

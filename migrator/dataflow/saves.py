@@ -219,8 +219,11 @@ class SaveFlow(FlowBase):
         # guarded where they are called; a callback only handed over is guarded inside
         log_helpers = {fn for fn in self.c.functions if _only_logs(fn) and fn.name.value in called}
         found = []
+        blocks = [s for s in self.c.log_statements if isinstance(s, cst.With)]  # a log file's block, guarded whole
         for statement in [*self.c.log_statements, *self.log_helper_calls()]:
             if self.under_rank_check(statement) or self.a.enclosing_function(statement) in log_helpers:
+                continue
+            if any(block is not statement and self.a.is_inside(statement, block) for block in blocks):
                 continue
             if (
                 any(self.a.is_inside(statement, loop) for loop in loops)

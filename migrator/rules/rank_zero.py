@@ -117,8 +117,10 @@ LOGGING = Rule(
     name="rank-zero-logging",
     summary="print per-step and per-epoch progress on rank 0 only",
     what="""
-Guards `print(...)`/`logger.info(...)`/`writer.add_scalar(...)` statements in epoch loops and in
-the functions that loop over loaders with `if dist.get_rank() == 0:`, and gives tqdm progress bars
+Guards `print(...)`/`logger.info(...)`/`writer.add_scalar(...)` statements, and `with open(log,
+"a")` blocks that only write values at hand to the file (`log.write(...)`, a csv writer's
+`writerow`), in epoch loops and in the functions that loop over loaders with
+`if dist.get_rank() == 0:`, and gives tqdm progress bars
 `disable=dist.get_rank() != 0` (the loop itself must still run on every rank). An experiment
 tracker's run, `wandb.init(...)`, gets `mode=None if dist.get_rank() == 0 else "disabled"`: one run
 on the dashboard, rank 0's, with the mode it had; the other ranks get a disabled run, whose `log()`
@@ -281,6 +283,86 @@ if __name__ == "__main__":
         if dist.is_initialized():
             dist.destroy_process_group()
 ''',
+        ),
+        Example(
+            id="csv-log-file",
+            before='''import csv
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with open("log.csv", "w") as log_file:
+        csv.writer(log_file).writerow(["epoch", "loss"])
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+        with open("log.csv", "a") as log_file:
+            writer = csv.writer(log_file)
+            writer.writerow([epoch, loss.item()])
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import csv
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data.distributed import DistributedSampler
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+    dataset = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+    sampler = DistributedSampler(dataset, shuffle=True)
+    loader = DataLoader(dataset, batch_size=4, sampler=sampler)
+    model = torch.nn.Linear(4, 1)
+    model = DDP(model, device_ids=None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    is_main = dist.get_rank() == 0
+    if is_main:
+        with open("log.csv", "w") as log_file:
+            csv.writer(log_file).writerow(["epoch", "loss"])
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+        if is_main:
+            with open("log.csv", "a") as log_file:
+                writer = csv.writer(log_file)
+                writer.writerow([epoch, loss.item()])
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+            diagnostics=("DDP120",),
         ),
         Example(
             id="epoch-print",
@@ -449,7 +531,8 @@ def plan_logging(facts: ScriptFacts, plan: Plan) -> None:
         site = plan.site()  # each print stands alone: suppressing one leaves the others guarded
         site.guard(statement, condition(facts) if facts.after_setup(statement) else ENV_RANK_ZERO)
         line, col = facts.line_col(statement)
-        site.changes.append(Change(LOGGING.code, line, col, "progress printed on rank 0 only"))
+        what = "log file written on rank 0 only" if isinstance(statement, cst.With) else "progress printed on rank 0 only"
+        site.changes.append(Change(LOGGING.code, line, col, what))
     for statement, values in facts.hoisted_prints:
         if plan.guarded(statement) or _in_guarded_helper(facts, plan, statement):
             continue

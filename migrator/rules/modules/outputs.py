@@ -6,6 +6,7 @@ from typing import Optional, Set
 
 import libcst as cst
 
+from migrator import names as N
 from migrator.graph.bindings import dotted_name
 from migrator.rule import Example, Rule
 from migrator.rules.modules.base import ENV_NOT_RANK_ZERO, ENV_RANK_ZERO, ModulePlanner, is_false, is_true, source_of
@@ -259,16 +260,6 @@ def prepare(out):
 )
 
 
-def _values_at_hand(call: cst.Call) -> bool:
-    """Do `call`'s arguments compute nothing but values at hand (`loss.item()`, `'%d' % n`)? A
-    forward or any other call of the project must stay on every rank."""
-    for inner in descendants(call, cst.Call):
-        name = inner.func.attr.value if isinstance(inner.func, cst.Attribute) else getattr(inner.func, "value", None)
-        if inner is not call and name not in _AT_HAND:
-            return False
-    return True
-
-
 def _appends(call: cst.Call) -> bool:
     """`open(path, "a")`, `open(path, mode="at")`: a file opened to append to."""
     mode = next((arg.value for arg in call.args[1:2] if arg.keyword is None), None) or next(
@@ -279,7 +270,6 @@ def _appends(call: cst.Call) -> bool:
 # TensorBoard's SummaryWriter (torch.utils.tensorboard, tensorboardX): what it adds to the run folder
 _BOARD_ENTRIES = frozenset({"add_scalar", "add_scalars", "add_image", "add_images", "add_histogram", "add_text", "add_figure"})
 # What an entry's arguments may compute and still be written by rank 0 alone: values at hand
-_AT_HAND = frozenset({"item", "cpu", "detach", "numpy", "tolist", "float", "int", "str", "round", "len", "format", "mean", "sum"})
 
 
 class Outputs(ModulePlanner):
@@ -360,20 +350,20 @@ class Outputs(ModulePlanner):
         func = call.func
         if not (isinstance(func, cst.Attribute) and func.attr.value in _BOARD_ENTRIES):
             return None
-        return self._alone(call) if _values_at_hand(call) else None
+        return self._alone(call) if N.values_at_hand(call) else None
 
     def _terminal_write(self, call: cst.Call) -> Optional[cst.BaseStatement]:
         """`sys.stdout.write(' [')`, a statement of its own that writes values at hand: a progress
         bar drawn by hand (pytorch-cifar's utils.progress_bar), which every rank would draw. A
         `for` loop that does nothing else (`for i in range(n): sys.stdout.write('=')`) is guarded
         whole, so that the bar's writes share one rank check."""
-        if self.c.resolve(call.func) != "sys.stdout.write" or not _values_at_hand(call):
+        if self.c.resolve(call.func) != "sys.stdout.write" or not N.values_at_hand(call):
             return None
         statement: Optional[cst.BaseStatement] = self._alone(call)
         block = self.parents.get(statement) if statement is not None else None
         loop = self.parents.get(block)
         if (isinstance(loop, cst.For) and isinstance(block, cst.IndentedBlock) and len(block.body) == 1
-                and loop.orelse is None and isinstance(loop.iter, cst.Call) and _values_at_hand(loop.iter)):
+                and loop.orelse is None and isinstance(loop.iter, cst.Call) and N.values_at_hand(loop.iter)):
             return loop
         return statement
 
