@@ -489,3 +489,13 @@ def test_self_support_modules_are_copied_next_to_the_script(tmp_path: Path) -> N
     assert report.saved_paths() == ["m.pt"], report.explain()
     assert (tmp_path / "run" / "pkg" / "__init__.py").exists()
     assert not run_single(script, tmp_path / "bare").ok  # without support= the import fails
+
+
+def test_a_branch_whose_loader_keeps_its_own_sampler_still_runs(tmp_path: Path) -> None:
+    """fixtures/loaders_built_per_branch: the samplers exist on the other branches only, so the
+    epoch loop asks the loader before setting its epoch; the branch with its own sampler
+    placeholder (reported, left unsharded) runs as one process (it died with UnboundLocalError)."""
+    case = next(c for c in fixture_cases.discover() if c.name == "loaders_built_per_branch")
+    plain = run_single(case.migrated_script, tmp_path, args=["--dataset", "large"], script_name=SCRIPT_NAME,
+                       label="fixture loaders_built_per_branch: the branch with its own sampler, plain `python`")
+    assert_clean_exit(plain)

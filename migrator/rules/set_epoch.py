@@ -1,6 +1,8 @@
 """DDP011: call sampler.set_epoch(epoch) at the top of the epoch loop that drives a sharded loader."""
 from __future__ import annotations
 
+from typing import Set, Tuple
+
 import libcst as cst
 
 from migrator.analysis import ScriptFacts
@@ -20,7 +22,10 @@ RULE = Rule(
 Finds the epoch loop that drives each sharded loader (the loop around the loop over it, or the
 loop that calls the function iterating it, `train_one_epoch(model, loader, ...)` or
 `self.train_epoch(epoch)`) and inserts `<sampler>.set_epoch(<epoch>)` as its first statement.
-Where the sampler variable is not in reach, `<loader>.sampler.set_epoch(epoch)` is used.""",
+Where the sampler variable is not in reach, `<loader>.sampler.set_epoch(epoch)` is used. A loader
+built on one branch of several (`if args.dataset == 'cifar10':`), whose sampler is not bound on
+every path to the epoch loop, is asked first: `if isinstance(<loader>.sampler,
+DistributedSampler):`, one call for all the branches.""",
     why="""
 DistributedSampler shuffles with a seed derived from the epoch it is told. Without set_epoch every
 epoch visits the samples in the same order: the model silently trains on a fixed ordering.""",
@@ -105,6 +110,7 @@ if __name__ == "__main__":
 def plan(facts: ScriptFacts, plan: Plan) -> None:
     if not needs_setup(facts):
         return
+    planned: Set[Tuple[cst.CSTNode, str]] = set()
     for loader in facts.loaders:
         if not shards(loader) or _never_shuffles(loader):
             continue
@@ -114,14 +120,24 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
             plan.diagnostics.append(Diagnostic(NO_EPOCH_LOOP.code, line, col, NO_EPOCH_LOOP.summary))
             continue
         for hook in loader.hooks:
+            guard = ""
             if facts.owner_of(hook.loop) is loader.owner and loader.target == hook.loader_expr:
                 sampler = sampler_name(loader, facts)
+                if not _runs_before(facts, loader.statement, hook.loop):
+                    # Built in one branch (`if args.dataset == 'cifar10':`) of several: on the
+                    # others the name is unbound, or the loader has no DistributedSampler.
+                    sampler = f"{hook.loader_expr}.sampler"
+                    guard = f"if isinstance({sampler}, {facts.names.sampler}):\n    "
             else:
                 sampler = f"{hook.loader_expr}.sampler"
             if not isinstance(hook.loop.body, cst.IndentedBlock):
                 continue  # `for epoch in range(n): train(epoch)` on one line: rare, left alone
             epoch = hook.epoch if hook.epoch is not None else f"{sampler}.epoch + 1"
-            statement = _build.statements(facts, f"{sampler}.set_epoch({epoch})\n")
+            text = f"{guard}{sampler}.set_epoch({epoch})\n"
+            if (hook.loop, text) in planned:
+                continue  # two branches' loaders, one loop: one call
+            planned.add((hook.loop, text))
+            statement = _build.statements(facts, text)
             if hook.after is not None:
                 plan.insert_after(hook.after, statement)  # a while loop's epoch counter was just advanced
             elif hook.before is not None:
@@ -130,6 +146,12 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
                 plan.insert_before(hook.loop.body.body[0], statement)
             line, col = facts.line_col(hook.loop)
             plan.changes.append(Change(RULE.code, line, col, f"{sampler}.set_epoch({epoch}) at the start of each epoch"))
+
+
+def _runs_before(facts: ScriptFacts, statement: cst.CSTNode, loop: cst.CSTNode) -> bool:
+    """Does every path to `loop` run `statement` first: does the block holding it hold the loop?"""
+    block = facts.block_of(statement)
+    return block is not None and facts.inside(loop, block)
 
 
 def _never_shuffles(loader) -> bool:
