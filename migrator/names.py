@@ -125,6 +125,7 @@ _LOG_FUNCTIONS = frozenset({
     "print", "info", "warning", "debug", "log", "write", "flush",
     # TensorBoard: one rank's curves, not N interleaved copies of them in the same run folder.
     "add_scalar", "add_scalars", "add_image", "add_images", "add_histogram", "add_text", "add_figure",
+    "log_value",  # tensorboard_logger's
 })
 
 
