@@ -226,7 +226,7 @@ def is_gpu_count_test(test: cst.BaseExpression) -> bool:
 # Calls that read a value already computed (`loss.item()`, `f"{acc:.3f}"`): writing what they give
 # runs nothing every rank must run.
 _AT_HAND = frozenset({"item", "cpu", "detach", "numpy", "tolist", "float", "int", "str", "round", "len", "format", "mean", "sum"})
-_FILE_WRITES = frozenset({"write", "writelines", "writerow", "writerows", "writeheader", "flush"})
+FILE_WRITES = frozenset({"write", "writelines", "writerow", "writerows", "writeheader", "flush"})
 
 
 def values_at_hand(call: cst.Call) -> bool:
@@ -248,7 +248,7 @@ def is_log_block(statement: cst.CSTNode) -> bool:
     item = statement.items[0]
     opened = item.item
     if not (isinstance(opened, cst.Call) and is_name(opened.func, "open") and item.asname is not None
-            and isinstance(item.asname.name, cst.Name) and _writes(opened)):
+            and isinstance(item.asname.name, cst.Name) and opens_for_writing(opened)):
         return False
     handles = {item.asname.name.value}
     for line in statement.body.body:
@@ -264,7 +264,7 @@ def is_log_block(statement: cst.CSTNode) -> bool:
 
 def _writes_to(func: cst.BaseExpression, handles) -> bool:
     """`log.write`, `writer.writerow`, `csv.writer(log).writerow` on one of `handles`."""
-    if not (isinstance(func, cst.Attribute) and func.attr.value in _FILE_WRITES):
+    if not (isinstance(func, cst.Attribute) and func.attr.value in FILE_WRITES):
         return False
     target = func.value
     if isinstance(target, cst.Call):
@@ -272,7 +272,7 @@ def _writes_to(func: cst.BaseExpression, handles) -> bool:
     return isinstance(target, cst.Name) and target.value in handles
 
 
-def _writes(opened: cst.Call) -> bool:
+def opens_for_writing(opened: cst.Call) -> bool:
     """`open(path, "a")`, `open(path, mode="w")`: a literal mode that writes and does not read."""
     mode = next((a.value for a in opened.args if a.keyword is not None and a.keyword.value == "mode"), None)
     positional = [a.value for a in opened.args if a.keyword is None and not a.star]

@@ -29,7 +29,7 @@ __all__ = ["DATAPARALLEL_IN_MODULE", "ModuleRole", "migrate_module"]
 
 # A module with none of these words has nothing any module rule looks for: it is not parsed.
 _WORDS = ("DataLoader", "loader", "save", "state_dict", "model", "net", "iter", "data", "print", "tqdm",
-          "mkdir", "makedirs", "set_device", "stdout")
+          "mkdir", "makedirs", "set_device", "stdout", "open(")
 
 
 def migrate_module(

@@ -8,6 +8,7 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.graph.bindings import dotted_name
+from migrator.graph.flow import ALIAS
 from migrator.rule import Example, Rule
 from migrator.rules.modules.base import ENV_NOT_RANK_ZERO, ENV_RANK_ZERO, ModulePlanner, is_false, is_true, source_of
 from migrator.tree import descendants, on_rank_zero_only, with_keyword
@@ -25,7 +26,10 @@ keeps the mode it had; the other ranks' run is disabled, and logging to it does 
 TensorBoard entry (`writer.add_scalar(...)`, `add_image`, ...) whose arguments compute nothing but
 values at hand (`loss.item()`) runs under the same check, as do lines appended to a log file
 (`with open(path, "a") as f: f.write(...)`, or `log = open(path, "a")` then `log.write(...)`) and
-a progress bar drawn by hand with `sys.stdout.write(...)` (with the `for` loops that only draw it). torchrun's
+a progress bar drawn by hand with `sys.stdout.write(...)` (with the `for` loops that only draw it).
+A logger object that keeps its file (`self.file = open(fpath, "w")`, then only `.write`, `.flush`
+and `.close` on it, and no file read back after it in the class) opens os.devnull on the other
+ranks. torchrun's
 RANK decides, not the process group, since such code often runs before the script sets it up (a
 config parser, a data set). Code already under a rank check, and the module's own
 `if __name__ == "__main__":` block, are left alone.""",
@@ -179,6 +183,68 @@ def progress_bar(current, total, msg):
 ''',
         ),
         Example(
+            id="logger-keeps-its-file",
+            before='''class Logger:
+    def __init__(self, fpath, resume=False):
+        self.file = None
+        if resume:
+            self.file = open(fpath, "r")
+            self.names = self.file.readline().rstrip().split("\\t")
+            self.file.close()
+            self.file = open(fpath, "a")
+        else:
+            self.file = open(fpath, "w")
+
+    def append(self, numbers):
+        for number in numbers:
+            self.file.write("{0:.6f}\\t".format(number))
+        self.file.write("\\n")
+        self.file.flush()
+
+    def close(self):
+        if self.file is not None:
+            self.file.close()
+''',
+            after='''import os
+class Logger:
+    def __init__(self, fpath, resume=False):
+        self.file = None
+        if resume:
+            self.file = open(fpath, "r")
+            self.names = self.file.readline().rstrip().split("\\t")
+            self.file.close()
+            self.file = open(fpath if int(os.environ.get("RANK", 0)) == 0 else os.devnull, "a")
+        else:
+            self.file = open(fpath if int(os.environ.get("RANK", 0)) == 0 else os.devnull, "w")
+
+    def append(self, numbers):
+        for number in numbers:
+            self.file.write("{0:.6f}\\t".format(number))
+        self.file.write("\\n")
+        self.file.flush()
+
+    def close(self):
+        if self.file is not None:
+            self.file.close()
+''',
+        ),
+        Example(
+            id="log-file-read-back",
+            before='''class Results:
+    def __init__(self, path):
+        self.path = path
+        self.out = open(path, "w")
+
+    def add(self, row):
+        self.out.write(row)
+
+    def rows(self):
+        self.out.close()
+        return open(self.path).read()
+''',
+            fires=False,
+        ),
+        Example(
             id="tensorboard-image-of-a-forward",
             before='''def show(writer, model, images, step):
     writer.add_image("prediction", model(images)[0], step)
@@ -300,6 +366,11 @@ class Outputs(ModulePlanner):
             # One run on the dashboard, rank 0's; the others' is disabled, and logging to it does nothing.
             self.plan.replace(call, lambda updated: on_rank_zero_only(updated, ENV_RANK_ZERO) or updated)
             self._change(MODULE_RANK_ZERO_OUTPUT.code, call, "experiment run started on rank 0 only (the other ranks get a disabled run)")
+        elif spelled == "open" and self._kept_log(call) is not None:
+            path = self._kept_log(call)
+            self.plan.replace(path, lambda arg: arg.with_changes(
+                value=cst.parse_expression(f"{source_of(arg.value)} if {ENV_RANK_ZERO} else os.devnull")))
+            self._change(MODULE_RANK_ZERO_OUTPUT.code, call, "log file written on rank 0 only (the other ranks write to os.devnull)")
         elif spelled == "open" and self._log_append(call) is not None:
             self.plan.guard(self._log_append(call), ENV_RANK_ZERO)
             self._change(MODULE_RANK_ZERO_OUTPUT.code, call, "log lines appended on rank 0 only")
@@ -366,6 +437,53 @@ class Outputs(ModulePlanner):
                 and loop.orelse is None and isinstance(loop.iter, cst.Call) and N.values_at_hand(loop.iter)):
             return loop
         return statement
+
+    def _kept_log(self, call: cst.Call) -> Optional[cst.Arg]:
+        """`self.file = open(fpath, 'w')` kept by a logger (pytorch-classification's Logger), whose
+        every later use writes to it (`self.file.write(...)`, `.flush()`, `.close()`, a csv
+        writer): its path argument, which the other ranks swap for os.devnull. A use before the
+        open in the same function, outside a loop, reads an earlier handle (`open(fpath, 'r')`)."""
+        statement = self._statement(call)
+        small = statement.body[0] if statement is not None and len(statement.body) == 1 else None
+        if not (isinstance(small, cst.Assign) and small.value is call and call.args and not call.args[0].keyword
+                and N.opens_for_writing(call) and len(small.targets) == 1):
+            return None
+        path = call.args[0].value
+        if isinstance(path, cst.IfExp) and dotted_name(path.orelse) == "os.devnull":
+            return None  # migrated already
+        kept = dotted_name(small.targets[0].target) or ""
+        cls = self._enclosing(call, cst.ClassDef)
+        if not kept.startswith("self.") or kept.count(".") != 1 or cls is None or self._log_reread(call, cls):
+            return None  # a logger object's own file; one a function writes and hands on may be read back
+        function = self._enclosing(call, cst.FunctionDef)
+        looped = any(isinstance(n, (cst.For, cst.While)) for n in self.a.ancestors(call) if self.a.is_inside(n, function))
+        value = self.a.values.follow(self.a.values.receivers(call), ALIAS, every=False)
+        for node in value.references():
+            earlier = self.c.order.get(node, 0) < self.c.order.get(call, 0)
+            if earlier and not looped and self.a.enclosing_function(node) is function:
+                continue
+            if not self._written_to(node):
+                return None
+        return call.args[0]
+
+    def _log_reread(self, opened: cst.Call, cls: cst.ClassDef) -> bool:
+        """Does the class open a file to read after `opened` (whatever the path is called there: the
+        log may be read back)?"""
+        return any(
+            N.is_name(call.func, "open") and not N.opens_for_writing(call) and self.a.is_inside(call, cls)
+            and self.c.order.get(call, 0) > self.c.order.get(opened, 0)
+            for call in self.c.calls)
+
+    def _written_to(self, handle: cst.CSTNode) -> bool:
+        """`handle.write(...)`, `.flush()`, `.close()`, `csv.writer(handle)`, `handle is not None`."""
+        parent = self.parents.get(handle)
+        if isinstance(parent, cst.Attribute) and parent.value is handle:
+            call = self.parents.get(parent)
+            return isinstance(call, cst.Call) and call.func is parent and parent.attr.value in (*N.FILE_WRITES, "close")
+        if isinstance(parent, cst.Comparison):
+            return all(isinstance(c.operator, (cst.Is, cst.IsNot)) and N.is_name(c.comparator, "None") for c in parent.comparisons)
+        holder = self.parents.get(parent) if isinstance(parent, cst.Arg) else None
+        return isinstance(holder, cst.Call) and (dotted_name(holder.func) or "").split(".")[-1] in ("writer", "DictWriter")
 
     def _log_append(self, call: cst.Call) -> Optional[cst.With]:
         """`with open(log_name, "a") as log_file: log_file.write(message)`: a log every rank
