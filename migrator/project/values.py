@@ -186,14 +186,15 @@ class _Project:
     def returned_loader(self, reading: _Reading, call: cst.Call) -> None:
         """`test_loader = get_test_dataloader(..., shuffle=True)` in the script: whether the loops
         that walk what a module function returns train (a backward, a step) or only evaluate."""
-        functions = [(target, function) for target, function, cls in self._targets(reading, call)
-                     if target is not reading and cls is None]
-        if not functions:
-            return
-        value = reading.values.follow(reading.values.receivers(call), LOADER, every=False)
+        seeds = reading.values.receivers(call)
+        if not seeds:
+            return  # most calls: nothing keeps what they return
+        value = reading.values.follow(seeds, LOADER, every=False)
         loops = {walked_by(reading.a, node) for node in value.references()} - {None}
         if not loops or not all(isinstance(loop, cst.For) for loop in loops):
             return  # not walked here, or read by next(): not known
+        functions = [(target, function) for target, function, cls in self._targets(reading, call)
+                     if target is not reading and cls is None]  # read only now: it may parse a module
         trains = any(reading.a.call_graph.trains(loop) for loop in loops)
         for target, function in functions:
             loaders = self.found.setdefault(target.path, Handed()).loaders
