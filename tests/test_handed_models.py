@@ -268,3 +268,61 @@ def test_a_module_handed_inside_a_dict_through_a_star_import(tmp_path):
         """,
     }, models=("encoder",))
     assert found == {"utils.py": {"save_checkpoint": {"modules"}}}
+
+
+def _loaders(root: Path, files: dict, script="train.py") -> dict:
+    _tree(root, files)
+    INDEX.clear()
+    path = (root / script).resolve()
+    summary = ModuleSummary(str(path), path.read_text(), package_of(path))
+    found = handed_values(ProjectModules.for_script(path).roots, summary, ())
+    return {os.path.relpath(os.path.realpath(p), root.resolve()): h.loaders for p, h in found.items() if h.loaders}
+
+
+LOADER_FACTORIES = """
+    from torch.utils.data import DataLoader
+
+    def get_train_loader(data):
+        return DataLoader(data, shuffle=True)
+
+    def get_test_loader(data):
+        return DataLoader(data, shuffle=True)
+"""
+
+
+def test_a_loader_factory_the_script_only_evaluates_with(tmp_path):
+    found = _loaders(tmp_path, {
+        "train.py": """
+            from utils import get_test_loader, get_train_loader
+            train_loader = get_train_loader(train_set)
+            test_loader = get_test_loader(test_set)
+            for epoch in range(2):
+                for x, y in train_loader:
+                    loss_fn(model(x), y).backward()
+                    optimizer.step()
+                for x, y in test_loader:
+                    model(x)
+                print(len(test_loader.dataset))
+        """,
+        "utils.py": LOADER_FACTORIES,
+    })
+    assert found == {"utils.py": {"get_train_loader": True, "get_test_loader": False}}
+
+
+def test_a_loader_handed_on_to_code_the_flow_does_not_follow_is_not_known(tmp_path):
+    # A peek at one batch does not train, but the module's fit() may: the factory is not known to
+    # be an evaluation loader's, and its loader stays sharded.
+    found = _loaders(tmp_path, {
+        "train.py": """
+            from engine import fit
+            from utils import get_train_loader
+            train_loader = get_train_loader(train_set)
+            for x, y in train_loader:
+                print(x.shape)
+                break
+            fit(model, train_loader)
+        """,
+        "utils.py": LOADER_FACTORIES,
+        "engine.py": "def fit(model, loader):\n    pass\n",
+    })
+    assert found == {}

@@ -13,7 +13,7 @@ Layout, one concern per module:
   models.py   ModelFlow: uses and reassignments of a model after it is wrapped
   penalty.py  PenaltyFlow: backward passes of a gradient penalty alone (WGAN-GP as an update of its own)
 """
-from migrator.dataflow.core import EpochHook, LoaderFact, ModelUse, SaveSite, Statement, code_of, walked_by
+from migrator.dataflow.core import EpochHook, LoaderFact, ModelUse, SaveSite, Statement, code_of, loops_over, walked_by
 from migrator.dataflow.epochs import EpochFlow
 from migrator.dataflow.loaders import LoaderFlow
 from migrator.dataflow.models import ModelFlow
@@ -38,5 +38,6 @@ __all__ = [
     "SaveSite",
     "Statement",
     "code_of",
+    "loops_over",
     "walked_by",
 ]

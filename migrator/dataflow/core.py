@@ -14,7 +14,7 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.graph.bindings import ScopeOwner, dotted_name
-from migrator.graph.flow import ALIAS, MODEL
+from migrator.graph.flow import ALIAS, LOADER, MODEL
 
 Statement = cst.BaseStatement
 
@@ -251,6 +251,32 @@ def walked_by(a: Navigation, node: cst.CSTNode) -> Optional[cst.CSTNode]:
             return None
         walked, parent = call, a.parent(call)
     return parent if isinstance(parent, cst.For) and parent.iter is walked else None
+
+
+def loops_over(a: Navigation, made: cst.CSTNode) -> Optional[List[cst.CSTNode]]:
+    """The loops (and `iter()` calls) that walk the loader `made` builds or returns, wherever the
+    file's value flow takes it; None when a reference hands it on to code the flow does not follow
+    (`trainer.fit(model, loader)`, `return loader`), which may walk it too. `len(loader)` and
+    `loader.dataset` read it without walking it."""
+    value = a.values.follow(a.values.receivers(made), LOADER, every=False)
+    found: List[cst.CSTNode] = []
+    for node in value.references():
+        use = walked_by(a, node)
+        if use is not None:
+            found.append(use)
+        elif _handed_on(a, node):
+            return None
+    return found
+
+
+def _handed_on(a: Navigation, node: cst.CSTNode) -> bool:
+    parent = a.parent(node)
+    if isinstance(parent, cst.Return):
+        return True
+    call = a.parent(parent) if isinstance(parent, cst.Arg) else None
+    if not isinstance(call, cst.Call) or a.call_graph.callee(call) is not None:
+        return False  # not an argument, or one the flow follows into the file's own function
+    return (dotted_name(call.func) or "").split(".")[-1] not in _NOT_WRAPPERS
 
 
 def _iterated(loop: cst.CSTNode) -> Optional[str]:

@@ -174,8 +174,8 @@ class LoaderFlow(EpochFlow):
         for call in self.a.call_graph.calls_in(use):
             if not self.call_trains(call):
                 continue
-            tests = (anc for anc in self.a.ancestors(call) if isinstance(anc, cst.If) and self.a.is_inside(call, anc.body))
-            literal = next((lit for test in tests for lit in [_compared(test.test, read, self.c.refers)] if lit), None)
+            tests = (anc.test for anc in self.a.ancestors(call) if isinstance(anc, cst.If) and self.a.is_inside(call, anc.body))
+            literal = next(filter(None, (_compared(test, read, self.c.refers) for test in tests)), None)
             if literal is None:
                 return None
             found.add(literal)

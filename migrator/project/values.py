@@ -33,8 +33,8 @@ import libcst as cst
 
 from migrator.errors import MigrateError
 from migrator.graph.bindings import Binding, dotted_name
-from migrator.dataflow import walked_by
-from migrator.graph.flow import LOADER, MODEL, Value
+from migrator.dataflow import loops_over
+from migrator.graph.flow import MODEL, Value
 from migrator.graph.modules import NOT_PROJECT_PACKAGES, INDEX, ModuleSummary, lookup
 from migrator.project.rewrite import analysed
 from migrator.rules.modules.base import Receivers
@@ -186,13 +186,11 @@ class _Project:
     def returned_loader(self, reading: _Reading, call: cst.Call) -> None:
         """`test_loader = get_test_dataloader(..., shuffle=True)` in the script: whether the loops
         that walk what a module function returns train (a backward, a step) or only evaluate."""
-        seeds = reading.values.receivers(call)
-        if not seeds:
+        if not reading.values.receivers(call):
             return  # most calls: nothing keeps what they return
-        value = reading.values.follow(seeds, LOADER, every=False)
-        loops = {walked_by(reading.a, node) for node in value.references()} - {None}
+        loops = loops_over(reading.a, call)
         if not loops or not all(isinstance(loop, cst.For) for loop in loops):
-            return  # not walked here, or read by next(): not known
+            return  # handed on, not walked here, or read by next(): not known
         functions = [(target, function) for target, function, cls in self._targets(reading, call)
                      if target is not reading and cls is None]  # read only now: it may parse a module
         trains = any(reading.a.call_graph.trains(loop) for loop in loops)

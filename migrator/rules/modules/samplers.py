@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from migrator.dataflow import walked_by
+from migrator.dataflow import loops_over
 from migrator.graph.bindings import dotted_name
-from migrator.graph.flow import LOADER
 from migrator.rule import Example, Rule
 from migrator.tree import descendants
 from migrator.rules.modules.base import (
@@ -225,8 +224,7 @@ class Samplers(ModulePlanner):
         function = self.a.enclosing_function(call)
         if function is None:
             return False
-        value = self.a.values.follow(self.a.values.receivers(call), LOADER, every=False)
-        loops = [walked_by(self.a, node) for node in value.references()]
+        loops = loops_over(self.a, call)
         # Walked in the function that builds it, by loops that neither train nor yield the batches on.
         return bool(loops) and all(
             isinstance(loop, cst.For) and self.a.enclosing_function(loop) is function and not self._trains(loop)
