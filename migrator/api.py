@@ -23,7 +23,9 @@ from migrator.triage import DISTRIBUTED, ENGINE, verdict
 from migrator.rules import FIXERS, REPORTERS, rules_in_scope
 from migrator.rules.launch_calls import RULE as LAUNCH_IN_PYTHON
 from migrator.rules.rank_names import name_rank_checks
-from migrator.types import Change, Result
+from migrator.rules.advisories.soundness import UNSOUND_MIGRATION
+from migrator.soundness import later_binding_line, new_unbound_reads, original_line
+from migrator.types import Change, Diagnostic, Result
 
 
 def migrate(source: str, options: Optional[Options] = None, context: Optional[FileContext] = None,
@@ -145,18 +147,45 @@ class _Planned:
         if plan.empty and not self.renamed and not documented:
             return Result(code=source, diagnostics=diagnostics, original=source, **known)
         changes = tuple(sorted(plan.changes, key=lambda c: (c.line, c.col)))
-        if not self.rewrite:
-            return Result(source, changes, diagnostics, original=source, pending=True, **known)
         if plan.empty:
+            if not self.rewrite:
+                return Result(source, changes, diagnostics, original=source, pending=True, **known)
             parsed = self.parsed
             code = launch_comments.apply(parsed, launch_comments.rewrites(parsed)) if documented else parsed
             return Result(code=code, changes=changes, diagnostics=diagnostics, original=source, **known)
+        # The code is written in check mode too: what it reads is checked before any verdict.
         new = with_imports(edits.apply(module, plan, facts.parents, continuations="\\\n" in source or "\\\r\n" in source), plan)
         code = new.code
         if documented:  # found again on the new text: the edits above moved the lines
             code = launch_comments.apply(code, launch_comments.rewrites(code))
         check_parses(code)
+        unsound = _unsound(self.parsed, code)
+        if unsound:  # a fix relied on something that did not happen: nothing is written
+            kept = tuple(d for d in diagnostics if not d.fixable)
+            return Result(code=source, diagnostics=kept + (unsound,), original=source, **known)
+        if not self.rewrite:
+            return Result(source, changes, diagnostics, original=source, pending=True, **known)
         return Result(code=code, changes=changes, diagnostics=diagnostics, original=source, **known)
+
+
+def _unsound(before: str, after: str) -> Optional[Diagnostic]:
+    """DDP125 when the migrated code reads a name where nothing binds it and the input did not
+    (migrator.soundness), at the input line the first such read stands for; else None."""
+    try:
+        reads = new_unbound_reads(before, after)
+    except SyntaxError:  # input that only LibCST parses (Python 2 leftovers): the check cannot compare
+        return None
+    if not reads:
+        return None
+    first = reads[0]
+    line = original_line(before, after, first.line)
+    bound = later_binding_line(before, first.name)
+    where = f"the input binds it at line {bound}" if bound is not None else "nothing in the input binds it"
+    names = sorted({read.name for read in reads})
+    others = f" (also: {', '.join(f'`{n}`' for n in names if n != first.name)})" if len(names) > 1 else ""
+    return Diagnostic(UNSOUND_MIGRATION.code, line, 1,
+                      f"the migration would read `{first.name}` in `{first.scope}` before it is bound ({where}){others}: "
+                      "a fix relied on something that did not happen, so the file is left unchanged")
 
 
 def _where(facts: ScriptFacts, model) -> str:

@@ -45,6 +45,7 @@ CODES: Tuple[Tuple[str, str], ...] = (
     ("DDP113", "python-launch-unsafe"),
     ("DDP115", "save-after-teardown"),
     ("DDP117", "spawn-not-migrated"),
+    ("DDP125", "unsound-migration"),
     ("DDP114", "training-not-migrated"),
     ("DDP116", "moved-after-wrap"),
     ("DDP118", "gradient-penalty-backward"),

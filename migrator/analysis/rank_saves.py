@@ -3,7 +3,8 @@
 Precision first: a `torch.save` counts only when the function holding it (or an unguarded call
 of that function, two levels up) runs after a setup or wrap in a function of this file; a rank
 check around it or an early `if <not rank 0>: return` keeps it quiet, and so does a path that
-names the rank (a deliberate per-rank file).
+names the rank (a deliberate per-rank file), and so does a file in a folder each process makes
+for itself (dataflow.saves.private_path, the rank-0 planner's own answer).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.analysis.helpers import code_of
+from migrator.dataflow.saves import private_path
 from migrator.tree import descendants
 
 WRAPPERS = N.DDP | frozenset(
@@ -36,7 +38,7 @@ def every_rank_saves(analysis, helper_call: Optional[cst.Call] = None) -> Tuple[
     anchors = _setup_points(analysis, helper_call)
     found_saves = []
     for save in analysis.calls(N.TORCH_SAVE):
-        if _guarded(analysis, save) or _per_rank_path(save):
+        if _guarded(analysis, save) or _per_rank_path(save) or any(private_path(analysis.c, arg.value) for arg in save.args[1:2]):
             continue
         via = _reached_after_setup(analysis, save, anchors, _SAVE_DEPTH)
         if via is not False:

@@ -44,22 +44,8 @@ class SaveFlow(FlowBase):
             sites.append(SaveSite(call, statements, shared, inner if helper_calls else None))
         return tuple(sites)
 
-    def private_path(self, node: cst.BaseExpression, depth: int = 0) -> bool:
-        """A path in a folder each process makes for itself (`with TemporaryDirectory() as tempdir:
-        path = os.path.join(tempdir, "best.pt")`, the transfer-learning tutorial's best weights): every
-        rank writes and reads back its own file; on rank 0 alone the others would find nothing."""
-        if depth > 3:
-            return False
-        if isinstance(node, cst.Call):
-            if self.c.resolve(node.func) in _PRIVATE_FOLDERS:
-                return True
-            return any(self.private_path(arg.value, depth + 1) for arg in node.args)
-        if isinstance(node, (cst.BinaryOperation, cst.FormattedString)):
-            return any(self.private_path(part, depth + 1) for part in descendants(node, cst.Name))
-        if not isinstance(node, cst.Name):
-            return False
-        read = self.c.refers.get(node, ())
-        return bool(read) and all(b.value is not None and self.private_path(b.value, depth + 1) for b in read)
+    def private_path(self, node: cst.BaseExpression) -> bool:
+        return private_path(self.c, node)
 
     def enclosing_lambda(self, call: cst.Call) -> Optional[cst.Lambda]:
         """The lambda the write is in (`lambda epoch: torch.save(state, path)`), if any."""
@@ -376,10 +362,31 @@ class SaveFlow(FlowBase):
         """The "first process does it, the others wait" idiom: two rank checks around barriers, in one function."""
         by_function: Dict[Optional[cst.CSTNode], List[cst.If]] = {}
         for node in self.c.rank_checks:
-            calls = self.calls_within(node)
+            tested = set(descendants(node.test, cst.Call))  # `dist.get_rank()` in the check itself
+            calls = [call for call in self.calls_within(node) if call not in tested]
             if calls and all(self.c.resolve(call.func) == "torch.distributed.barrier" for call in calls):
                 by_function.setdefault(self.a.enclosing_function(node), []).append(node)
         return {node for nodes in by_function.values() if len(nodes) >= 2 for node in nodes}
+
+
+def private_path(c, node: cst.BaseExpression, depth: int = 0) -> bool:
+    """A path in a folder each process makes for itself (`with TemporaryDirectory() as tempdir:
+    path = os.path.join(tempdir, "best.pt")`, the transfer-learning tutorial's best weights): every
+    rank writes and reads back its own file; on rank 0 alone the others would find nothing. `c` is
+    the analysis' collector (its `resolve` and `refers`): the rank-0 planner and DDP131's evidence
+    ask this one question."""
+    if depth > 3:
+        return False
+    if isinstance(node, cst.Call):
+        if c.resolve(node.func) in _PRIVATE_FOLDERS:
+            return True
+        return any(private_path(c, arg.value, depth + 1) for arg in node.args)
+    if isinstance(node, (cst.BinaryOperation, cst.FormattedString)):
+        return any(private_path(c, part, depth + 1) for part in descendants(node, cst.Name))
+    if not isinstance(node, cst.Name):
+        return False
+    read = c.refers.get(node, ())
+    return bool(read) and all(b.value is not None and private_path(c, b.value, depth + 1) for b in read)
 
 
 def _holds_on_every_rank(test: cst.BaseExpression) -> bool:

@@ -373,6 +373,11 @@ class NameIndex(Visitor):
         """The bindings `name` may read anywhere in `scope` (not only those before some point)."""
         return self._lookup(name, scope, (), 1 << 62)
 
+    def bound_after(self, name: str, statement: cst.CSTNode) -> bool:
+        """Can code written right after `statement` read `name`: a binding in its scope made by
+        then, or one in an enclosing scope (any: a function runs after its module is read)?"""
+        return bool(self._lookup(name, self.owner_of(statement), (), self.ends.get(statement, 0) + 1))
+
     def holding(self, name: str, scope: ScopeOwner) -> List[Binding]:
         """The bindings of `name` that may hold a value made at run time where `scope` reads it
         (`self.x`: the class's); not an import, a def or a class that share its name."""

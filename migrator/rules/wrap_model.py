@@ -306,8 +306,19 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
         plan.unused_imports.append((module, name, asname))
 
 
+def _device_read_too_early(facts: ScriptFacts, model: ModelFact) -> bool:
+    """The model's device variable is bound only below the wrap (a flat script that defines
+    `device` near its end): the wrap cannot read it there, so the parameters say where it is."""
+    if not model.device_expr or model.cuda_condition or model.wrap_after is None:
+        return False
+    root = model.device_expr.split(".")[0].split("[")[0]
+    if root == "self" or not facts.index.visible(root, facts.owner_of(model.wrap_after)):
+        return False  # a device variable the device rule writes with the process group's setup
+    return not facts.index.bound_after(root, model.wrap_after)
+
+
 def _wrap_statement(facts: ScriptFacts, model: ModelFact, inner: str = "") -> list:
-    if model.device_unknown and not model.cuda_condition:
+    if model.device_unknown and not model.cuda_condition or _device_read_too_early(facts, model):
         # A helper built it (`net = get_network(args)` moves it only `if args.gpu`): its parameters say
         # where it is; DDP refuses device_ids for a CPU module on a GPU machine.
         device_ids = _build.device_ids(facts, model.scope, cuda_condition=f"next({model.expr}.parameters()).is_cuda")

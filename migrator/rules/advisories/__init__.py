@@ -16,6 +16,7 @@ from migrator.rules.advisories.launch import LEGACY_LAUNCH_IMPORT, PYTHON_LAUNCH
 from migrator.rules.advisories.loaders import NO_EPOCH_LOOP, UNTRACED_LOADER
 from migrator.rules.advisories.models import MODEL_NOT_TRACED
 from migrator.rules.advisories.sharding import CUSTOM_SAMPLER, ITERABLE_DATASET
+from migrator.rules.advisories.soundness import UNSOUND_MIGRATION
 from migrator.rules.advisories.spawn import SPAWN_NOT_MIGRATED
 
 RULES = (
@@ -34,6 +35,7 @@ RULES = (
     PYTHON_LAUNCH_UNSAFE,
     SAVE_AFTER_TEARDOWN,
     SPAWN_NOT_MIGRATED,
+    UNSOUND_MIGRATION,
 )
 
 __all__ = [
@@ -53,4 +55,5 @@ __all__ = [
     "SHARED_WORK_IN_SAVE",
     "SPAWN_NOT_MIGRATED",
     "UNTRACED_LOADER",
+    "UNSOUND_MIGRATION",
 ]
