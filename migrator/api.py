@@ -80,7 +80,7 @@ def _plan(source: str, options: Options, rewrite: bool = True, context: Optional
         return Result(code=source, original=source, distributed=seen == DISTRIBUTED)
     module, parsed, renamed = _parse_renaming_async(source, options)
     facts = analyze(module, context, parsed)
-    scope = rules_in_scope(facts, context)
+    scope = rules_in_scope(facts, context is not None and context.tests(source))
     fixes = frozenset(rule.code for rule, _ in FIXERS if options.fix_enabled(rule.code) and (scope is None or rule.code in scope))
     settings = edits.Plan(batch=options.batch, eval=options.eval, spawn=options.spawn, fixes=fixes)
     parts: List[edits.Plan] = []
@@ -135,7 +135,7 @@ class _Planned:
             reporter(facts, plan)  # what it reports is filtered by code below, like every diagnostic
         diagnostics = tuple(d for d in plan.diagnostics if options.enabled(d.code) and (scope is None or d.code in scope))
         diagnostics += _library_hint(source, facts, diagnostics, options, (module, facts.positions) if not self.renamed else None, context)
-        test_module = context is not None and context.is_test_module
+        test_module = context is not None and context.tests(source)
         trains = (facts.trains or facts.already_distributed) and not test_module
         # `models`: how the script spells the models it wraps, for project mode to follow into its modules.
         known = dict(launch_args=facts.required_arguments if trains else None,

@@ -82,7 +82,7 @@ def migrate(source: str, options: Optional[Options] = None, context: Optional[Fi
 def _may_need_a_look(source: str, name: str) -> bool:
     from migrator.triage import may_need_a_look
 
-    return may_need_a_look(source, FileContext(path=name).is_test_module)
+    return may_need_a_look(source, FileContext(path=name).tests(source))
 
 
 def _verdict(source: str, context: Optional[FileContext], spawn: bool = False) -> str:

@@ -60,9 +60,19 @@ class FileContext(NamedTuple):
     def for_file(cls, path: Path, display: Optional[str] = None) -> "FileContext":
         return cls(display or str(path), package_of(path), ProjectModules.for_script(path))
 
+    def tests(self, source: str) -> bool:
+        """Is this file a test module (pytest's, unittest's): named like one (`is_test_module`) and
+        not a training script by its text (a main guard, a command line, an optimizer stepped: a
+        repository that calls its training scripts `*_test.py`)? One answer for the engine, the
+        first look and project mode."""
+        from migrator.relevance import runs_as_a_script
+
+        return self.is_test_module and not runs_as_a_script(source)
+
     @property
     def is_test_module(self) -> bool:
-        """pytest's and unittest's files: `tests/`, `test_*.py`, `*_test.py`, `conftest.py`."""
+        """Named like pytest's and unittest's files: `tests/`, `test_*.py`, `*_test.py`, `conftest.py`
+        (`tests(source)` also reads the text)."""
         if not self.path:
             return False
         pure = PurePath(self.path.replace("\\", "/"))

@@ -22,6 +22,19 @@ WITH_TORCH = ("optim", "DataParallel", "backward", ".train(", ".learn(", ".fit("
 _IMPORTED_TRAINING = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t][^\n]*\b(?:train|fit)\w*", re.M | re.I)
 
 
+# A main guard, a command line read and an optimizer stepped: a training script, whatever its file is
+# called (a repository that names its scripts `train_test.py`, `mnist_test.py`). pytest and unittest
+# modules have none of the first two together.
+_MAIN_GUARD = re.compile(r"""^if[ \t]+__name__[ \t]*==[ \t]*['"]__main__['"]""", re.M)
+_COMMAND_LINE = ("ArgumentParser", "sys.argv", "argparse", "click.", "fire.Fire", "OmegaConf", "hydra")
+
+
+def runs_as_a_script(text: str) -> bool:
+    """Does the file run as a training script (a main guard, reads its command line, steps an
+    optimizer), whatever its name says?"""
+    return ".step(" in text and _MAIN_GUARD.search(text) is not None and any(word in text for word in _COMMAND_LINE)
+
+
 def python_may_need_migration(text: str) -> bool:
     if any(word in text for word in ALWAYS):
         return True

@@ -39,7 +39,7 @@ def may_need_engine(source: str, context: Optional[FileContext]) -> bool:
     holds every file this passes over to the whole engine)."""
     if not python_may_need_migration(source):
         return False
-    test_module = context is not None and context.is_test_module
+    test_module = context is not None and context.tests(source)
     if python_may_train(source, test_module):
         return True
     if test_module:

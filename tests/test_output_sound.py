@@ -189,3 +189,34 @@ def test_project_output_checks_clean(case, tmp_path):
 def test_fixture_cases_cover_the_examples():
     assert FIXTURES and PROJECTS and EXAMPLES
     assert any(case.name == "flat_device_defined_late" for case in FIXTURES)
+
+
+# --------------------------------------------------------------------------- the real repositories
+REALRUN = fixture_cases.ROOT.parent / "shared" / "realrun" / "cases"
+REAL_CASES = sorted(p.name for p in REALRUN.iterdir() if (p / "tree").is_dir()) if REALRUN.is_dir() else []
+
+
+@pytest.mark.skipif(not REAL_CASES, reason="../shared/realrun is not beside the checkout")
+@pytest.mark.parametrize("name", REAL_CASES)
+def test_real_repository_output_checks_clean(name, tmp_path):
+    """`../shared/realrun`'s repositories (their upstream files, never copied into the project):
+    `--in-place` on the case's target, then `--check` changes nothing and reports nothing that needs
+    a human which the first run did not, and a second `--in-place` changes nothing."""
+    tomllib = pytest.importorskip("tomllib")
+
+    case = REALRUN / name
+    config = tomllib.loads((case / "case.toml").read_text(encoding="utf-8"))
+    root = tmp_path / "tree"
+    shutil.copytree(case / "tree", root, copy_function=shutil.copyfile)  # writable copies of read-only files
+    for folder in [root, *(p for p in root.rglob("*") if p.is_dir())]:
+        folder.chmod(0o755)
+    (root / ".git").mkdir()
+    target = str(root if config.get("migrate") == "tree" else root / config["script"])
+    _, before = _json("--check", target)
+    CliRunner().invoke(cli, ["--in-place", target, "--color", "never"], catch_exceptions=False)
+    once = fixture_cases.tree_files(root)
+    _, after = _json("--check", target)
+    assert after["summary"]["changed"] == 0, after
+    assert _human(after) <= _human(before), sorted(_human(after) - _human(before))
+    CliRunner().invoke(cli, ["--in-place", target, "--color", "never"], catch_exceptions=False)
+    assert fixture_cases.tree_files(root) == once

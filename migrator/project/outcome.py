@@ -74,6 +74,6 @@ def relative(path: str, start: str) -> str:
 
 def plannable(path: str, text: Optional[str]) -> bool:
     """May project mode change this module? Read, no test module, not distributed already."""
-    if text is None or FileContext(path=path).is_test_module:
+    if text is None or FileContext(path=path).tests(text):
         return False
     return not any(word in text for word in _DISTRIBUTED_WORDS)

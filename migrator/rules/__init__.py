@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Callable, Dict, FrozenSet, Optional, Tuple
 
 from migrator.analysis import ScriptFacts
-from migrator.context import FileContext
 from migrator.edits import Plan
 from migrator.launcher import LAUNCHER_RULES
 from migrator.legacy_syntax import RULE as ASYNC_KEYWORD
@@ -96,9 +95,10 @@ ALREADY_DISTRIBUTED_SCOPE = _LAUNCH_USAGE | frozenset(
 TEST_MODULE_SCOPE = _LAUNCH_USAGE
 
 
-def rules_in_scope(facts: ScriptFacts, context: Optional[FileContext]) -> Optional[FrozenSet[str]]:
-    """The codes that may fire on this file; None: all of them (a single-process training script)."""
-    if context is not None and context.is_test_module:
+def rules_in_scope(facts: ScriptFacts, test_module: bool) -> Optional[FrozenSet[str]]:
+    """The codes that may fire on this file (`test_module`: FileContext.tests); None: all of them (a
+    single-process training script)."""
+    if test_module:
         return TEST_MODULE_SCOPE
     if facts.already_distributed:
         return ALREADY_DISTRIBUTED_SCOPE
