@@ -202,7 +202,8 @@ class LoaderFlow(EpochFlow):
         """The loader as spelled where `node` reads it: the loader itself, not the progress bar or
         the `enumerate(...)` a name holds (`pbar = tqdm(train_loader)`: `train_loader`)."""
         read = self.c.refers.get(node, ())
-        inner = [_first_walked(b.value) if isinstance(b.value, cst.Call) else None for b in read]
+        given = [b.given() for b in read]
+        inner = [_first_walked(g) if isinstance(g, cst.Call) else None for g in given]
         if read and all(isinstance(i, (cst.Name, cst.Attribute)) and value.holds(i) for i in inner):
             return code_of(inner[0])
         return code_of(node)
