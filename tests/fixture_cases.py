@@ -8,6 +8,8 @@ A scenario folder holds:
                  original_runs_on_cpu (bool, default true: input.py runs as one plain CPU process,
                  so the runtime test compares the keys it saves with the migrated script's),
                  runtime_skip (table: runtime check name -> why it cannot hold for this scenario),
+                 evaluation_whole (bool: the runtime test also asserts that every loader feeding no training
+                 stays unsharded, runtime_probe.checks.assert_evaluation_whole),
                  path (the name the file is checked under, e.g. "tests/test_training.py"; default train.py),
                  kind ("legacy-launch": written for torch.distributed.launch; its own setup may need a
                  launcher, so the migrated script is not run as plain python when the original cannot be),
@@ -57,6 +59,11 @@ class _Configured:
     def options(self) -> Dict[str, Any]:
         """The Options fields the engine runs with (fixture.toml `options = {spawn = true}`)."""
         return dict(self.config.get("options", {}))
+
+    @property
+    def evaluation_whole(self) -> bool:
+        """fixture.toml `evaluation_whole = true`: the evaluation loaders must stay unsharded under torchrun."""
+        return bool(self.config.get("evaluation_whole", False))
 
     @property
     def runtime_skip(self) -> Dict[str, str]:

@@ -168,3 +168,59 @@ def test_an_optimizer_handed_with_its_model_to_code_the_file_cannot_read_still_t
     stepped = _SCHEDULER_DEMO.replace("        scheduler(optimizer, i)\n",
                                       "        scheduler(optimizer, i)\n        model(torch.randn(2, 4)).sum().backward()\n        optimizer.step()\n")
     assert "DDP003" in {c.code for c in migrate(stepped).changes}
+
+
+def _calls_train(source: str) -> dict:
+    """{a call of the file's own function, as written: does it train?}"""
+    module = cst.parse_module(textwrap.dedent(source))
+    graph = call_graph(module)
+    code = cst.Module(body=[]).code_for_node
+    return {code(call): graph.call_trains(call) for call in graph.c.calls if graph.callee(call) is not None}
+
+
+def test_a_function_that_trains_and_tests_trains_only_where_a_call_hands_it_an_optimizer():
+    # SimCLR's linear evaluation: one train_val() for both; the calls that hand no optimizer test.
+    assert _calls_train("""
+        def train_val(net, data_loader, train_optimizer=None):
+            is_train = train_optimizer is not None
+            for data, target in data_loader:
+                loss = net(data).sum()
+                if is_train:
+                    train_optimizer.zero_grad()
+                    loss.backward()
+                    train_optimizer.step()
+
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        train_val(model, train_loader, optimizer)
+        train_val(model, test_loader, None)
+        train_val(model, val_loader)
+        train_val(model, other_loader, train_optimizer=optimizer if training else None)
+    """) == {"train_val(model, train_loader, optimizer)": True, "train_val(model, test_loader, None)": False,
+             "train_val(model, val_loader)": False,
+             "train_val(model, other_loader, train_optimizer=optimizer if training else None)": True}
+
+
+def test_a_flag_argument_rules_out_the_branch_that_trains():
+    # flownet2's run(loader, is_validate=True); the test read either way round, and an else branch.
+    assert _calls_train("""
+        def run(data_loader, is_validate=False):
+            for inputs in data_loader:
+                loss = model(inputs).sum()
+                if not is_validate:
+                    loss.backward()
+                    optimizer.step()
+
+        def epoch(loader, evaluate):
+            for inputs in loader:
+                if evaluate or inputs is None:
+                    model(inputs)
+                else:
+                    model(inputs).sum().backward()
+
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        run(val_loader, is_validate=True)
+        run(train_loader)
+        epoch(val_loader, True)
+        epoch(train_loader, False)
+    """) == {"run(val_loader, is_validate=True)": False, "run(train_loader)": True,
+             "epoch(val_loader, True)": False, "epoch(train_loader, False)": True}

@@ -136,3 +136,16 @@ def test_an_import_sharing_the_models_name_is_never_the_model():
     held = _held(c, value)
     assert "evaluate:model" in held  # the function reads the global after it is rebound
     assert held.count("<module>:model") == 1  # `model.parameters()`, not the module in `model.RNNModel`
+
+
+def test_an_element_of_a_tuple_assignment_is_given_its_element():
+    # `total, n, bar = 0.0, 0, tqdm(loader)`: bar is the loader's bar (an unpacking edge, then a
+    # wrapper), and the expression it is given is `tqdm(train_loader)`, not the whole tuple.
+    source = SCRIPT.replace("    bar = tqdm(train_loader)\n", "    total, (n, bar) = 0.0, (0, tqdm(train_loader))\n")
+    _, values, c = _flow(source)
+    bar = _binding(c, "main", "bar")
+    assert cst.Module([]).code_for_node(bar.given()) == "tqdm(train_loader)"
+    assert cst.Module([]).code_for_node(_binding(c, "main", "total").given()) == "0.0"
+    assert ("wrapper", "train_loader", "bar") in {(e.kind, e.source.name, e.target.name) for e in values.edges_into(bar)}
+    assert "main:bar" in _held(c, values.follow([_binding(c, "main", "train_loader")], LOADER))
+    assert _binding(c, "main", "train_loader").given() is None  # `train_loader, val_loader = loaders(data)`

@@ -37,6 +37,7 @@ from runtime_probe.checks import (
     assert_clean_exit,
     assert_ddp_wrapped,
     assert_disjoint_shards,
+    assert_evaluation_whole,
     assert_identical_params,
     assert_process_group_destroyed,
     assert_rank0_output,
@@ -77,6 +78,8 @@ def test_migrated_fixture_trains_under_torchrun(case: fixture_cases.FixtureCase,
     report = torchrun_report(case, tmp_path_factory)
     skip = {name: why for name, why in case.runtime_skip.items() if name != KEYS_CHECK}
     notes = assert_trains_correctly_under_ddp(report, nproc=2, skip=skip)
+    if case.evaluation_whole:
+        notes["evaluation_whole"] = assert_evaluation_whole(report)
     for name, reason in skip.items():
         notes[name] = f"skipped by fixture.toml: {reason}"
     print(f"{case.name}: torchrun run {report.duration_s:.1f}s")  # shown with -rP
@@ -331,6 +334,22 @@ def test_self_sampler_on_the_evaluation_loader_only_is_detected(tmp_path: Path) 
     assert_clean_exit(report)
     expect_failure(assert_disjoint_shards, report,
                    match="with RandomSampler, batch_size=4 feeds training (18 optimizer steps")
+
+
+def test_self_sharded_evaluation_loader_is_detected(tmp_path: Path) -> None:
+    # Both loaders got a DistributedSampler: the evaluation scores a different half on each rank.
+    script = ddp_script(tmp_path, "sharded_eval")
+    text = _edit(script.read_text(), "DataLoader(TensorDataset(torch.randn(10, 4, generator=g)), batch_size=4)",
+                 "DataLoader(TensorDataset(torch.randn(10, 4, generator=g)), batch_size=4, "
+                 "sampler=DistributedSampler(TensorDataset(torch.randn(10, 4)), shuffle=False))")
+    script.write_text(text)
+    report = run_torchrun(script, tmp_path / "run")
+    assert_trains_correctly_under_ddp(report)  # shards, reshuffling and the rest do not see it
+    message = expect_failure(assert_evaluation_whole, report, match="feeds no training")
+    assert "DataLoader #1 over TensorDataset(len=10) with DistributedSampler(shuffle=False" in message, message
+    assert "this rank evaluated 5 of 10 samples" in message, message
+    assert assert_evaluation_whole(run_torchrun(ddp_script(tmp_path, "good"), tmp_path / "good")).endswith(
+        "every sharded loader feeds training")
 
 
 def test_self_missing_set_epoch_is_detected(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ from typing import Any, Dict, List, Optional
 import libcst as cst
 
 from migrator import names as N
-from migrator.graph.flow import OPTIMIZER, Value
+from migrator.graph.bindings import Binding
+from migrator.graph.flow import OPTIMIZER, Edge, Value
 from migrator.tree import descendants
 
 
@@ -31,6 +32,7 @@ class CallGraph:
         self._optimizers: Optional[Value] = None
         self._trains: Dict[cst.CSTNode, bool] = {}
         self._callees: Dict[cst.Call, Optional[cst.FunctionDef]] = {}
+        self._call_trains: Dict[cst.Call, bool] = {}
 
     def steps_optimizer(self, call: cst.Call) -> bool:
         """`optimizer.step()`, or `scaler.step(optimizer)`, on an optimizer the file builds, whatever
@@ -115,12 +117,116 @@ class CallGraph:
         return list(descendants(node, cst.Call))  # a single statement
 
     def call_trains(self, call: cst.Call) -> bool:
-        func = call.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "backward":
-            return True
-        if self.steps_optimizer(call):
+        """Does running `call` train? Decided per call site: the same function trains what
+        `train_val(model, train_loader, optimizer)` hands it and only evaluates for
+        `train_val(model, test_loader)` when its training sits under `if train_optimizer is not
+        None:` (or `if not is_validate:`, `is_train = ...` on the way) and this call's arguments
+        make that test false."""
+        if call not in self._call_trains:
+            self._call_trains[call] = False  # a recursion trains only through a call that does
+            self._call_trains[call] = self._call_trains_here(call)
+        return self._call_trains[call]
+
+    def _call_trains_here(self, call: cst.Call) -> bool:
+        if _is_backward(call) or self.steps_optimizer(call):
             return True
         if call in self.c.trained_arguments:  # hands a model to a project function that trains it
             return True
         target = self.callee(call)
-        return target is not None and self.trains(target)
+        if target is None or not self.trains(target):
+            return False
+        known = self._constant_parameters(call, target)
+        if not known:
+            return True
+        return any(self.call_trains(inner) for inner in self.calls_in(target)
+                   if not self._ruled_out(inner, target, known))
+
+    def carries_training(self, edge: Edge) -> bool:
+        """May a value that takes `edge` of the flow train where it goes? Not when it is handed to
+        a function that trains, by a call whose arguments rule that training out: the loops of
+        `train_val(model, test_loader)` evaluate, though `train_val(model, train_loader, optimizer)`
+        trains in them. (A constructor that keeps its loader for a later `fit()` carries it on.)"""
+        if edge.kind != "argument" or not isinstance(edge.site, cst.Call):
+            return True
+        target = self.callee(edge.site)
+        return target is None or not self.trains(target) or self.call_trains(edge.site)
+
+    # -- what a call's arguments decide in the function it runs ---------------------------
+    def _constant_parameters(self, call: cst.Call, target: cst.FunctionDef) -> Dict[Binding, Optional[bool]]:
+        """The parameters of `target` that this call gives None, True or False (or leaves at such a
+        default): {parameter: None / True / False}."""
+        if any(arg.star for arg in call.args):
+            return {}
+        passed = dict(self.a.values.arguments(target, call))
+        scope = self.a.values.index.bindings.get(target, {})
+        known: Dict[Binding, Optional[bool]] = {}
+        for bindings in scope.values():
+            for param in bindings:
+                if param.kind == "parameter":
+                    given = passed.get(param, param.node.default)  # type: ignore[attr-defined]
+                    if isinstance(given, cst.Name) and given.value in _CONSTANTS:
+                        known[param] = _CONSTANTS[given.value]
+        return known
+
+    def _ruled_out(self, node: cst.CSTNode, target: cst.FunctionDef, known: Dict[Binding, Optional[bool]]) -> bool:
+        """Does `node` sit (inside `target`) in a branch of an `if` whose test the constant
+        parameters `known` make false?"""
+        for anc in self.a.ancestors(node):
+            if anc is target:
+                return False
+            if isinstance(anc, cst.If) and node is not anc.test and not self.a.is_inside(node, anc.test):
+                truth = self._truth(anc.test, target, known)
+                if truth is not None and (truth is False) == self.a.is_inside(node, anc.body):
+                    return True
+        return False
+
+    def _truth(self, test: cst.BaseExpression, target: cst.FunctionDef, known: Dict[Binding, Optional[bool]],
+               depth: int = 0) -> Optional[bool]:
+        """The truth of `test` given the constant parameters (None when it is not known): a
+        parameter, `not x`, `x is None`, `x is not None`, `and`/`or`, and a local assigned once
+        one of these (`is_train = train_optimizer is not None`)."""
+        value = self._constant(test, target, known, depth)
+        return None if value is _UNKNOWN else bool(value)
+
+    def _constant(self, node: cst.BaseExpression, target: cst.FunctionDef, known: Dict[Binding, Optional[bool]],
+                  depth: int) -> object:
+        if depth > 8:
+            return _UNKNOWN
+        if isinstance(node, cst.Name):
+            if node.value in _CONSTANTS:
+                return _CONSTANTS[node.value]
+            read = self.c.refers.get(node, ())
+            if len(read) != 1:
+                return _UNKNOWN
+            (binding,) = read
+            if binding in known:
+                return known[binding]
+            if binding.scope is target and binding.kind == "assignment" and binding.value is not None and len(
+                    self.a.values.index.bindings.get(target, {}).get(binding.name, ())) == 1:
+                return self._constant(binding.value, target, known, depth + 1)
+            return _UNKNOWN
+        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
+            inner = self._truth(node.expression, target, known, depth + 1)
+            return _UNKNOWN if inner is None else not inner
+        if isinstance(node, cst.Comparison) and len(node.comparisons) == 1 and N.is_name(node.comparisons[0].comparator, "None"):
+            operator = node.comparisons[0].operator
+            if isinstance(operator, (cst.Is, cst.IsNot)):
+                left = self._constant(node.left, target, known, depth + 1)
+                if left is _UNKNOWN:
+                    return _UNKNOWN
+                return (left is None) == isinstance(operator, cst.Is)
+        if isinstance(node, cst.BooleanOperation):
+            left = self._truth(node.left, target, known, depth + 1)
+            right = self._truth(node.right, target, known, depth + 1)
+            if isinstance(node.operator, cst.And):
+                return False if False in (left, right) else True if left and right else _UNKNOWN
+            return True if True in (left, right) else False if left is False and right is False else _UNKNOWN
+        return _UNKNOWN
+
+
+_CONSTANTS: Dict[str, Optional[bool]] = {"None": None, "True": True, "False": False}
+_UNKNOWN = object()
+
+
+def _is_backward(call: cst.Call) -> bool:
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"

@@ -14,7 +14,7 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.graph.bindings import ScopeOwner, dotted_name
-from migrator.graph.flow import ALIAS, LOADER, MODEL
+from migrator.graph.flow import ALIAS, LOADER, MODEL, Edge, Value
 
 Statement = cst.BaseStatement
 
@@ -253,12 +253,24 @@ def walked_by(a: Navigation, node: cst.CSTNode) -> Optional[cst.CSTNode]:
     return parent if isinstance(parent, cst.For) and parent.iter is walked else None
 
 
-def loops_over(a: Navigation, made: cst.CSTNode) -> Optional[List[cst.CSTNode]]:
+def loader_value(a: Navigation, made: cst.CSTNode, training: bool = False) -> Value:
+    """The loader `made` builds (or returns), wherever the file's value flow takes it. `training`:
+    only where it may train, not into a call that does not (`train_val(model, test_loader)`
+    evaluates, though `train_val(model, train_loader, optimizer)` trains in the same loop)."""
+    keep = a.call_graph.carries_training if training else _anywhere
+    return a.values.follow(a.values.receivers(made), LOADER, keep=keep, every=False)
+
+
+def _anywhere(edge: Edge) -> bool:
+    return True
+
+
+def loops_over(a: Navigation, made: cst.CSTNode, training: bool = False) -> Optional[List[cst.CSTNode]]:
     """The loops (and `iter()` calls) that walk the loader `made` builds or returns, wherever the
-    file's value flow takes it; None when a reference hands it on to code the flow does not follow
-    (`trainer.fit(model, loader)`, `return loader`), which may walk it too. `len(loader)` and
-    `loader.dataset` read it without walking it."""
-    value = a.values.follow(a.values.receivers(made), LOADER, every=False)
+    file's value flow takes it (`training`: where it may train, see loader_value); None when a
+    reference hands it on to code the flow does not follow (`trainer.fit(model, loader)`, `return
+    loader`), which may walk it too. `len(loader)` and `loader.dataset` read it without walking it."""
+    value = loader_value(a, made, training)
     found: List[cst.CSTNode] = []
     for node in value.references():
         use = walked_by(a, node)

@@ -11,8 +11,9 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.graph.bindings import dotted_name
-from migrator.dataflow.core import _NOT_WRAPPERS, EpochHook, LoaderFact, LoaderKeys, _iterated, code_of, walked_by
-from migrator.graph.flow import LOADER, Value
+from migrator.dataflow.core import (_NOT_WRAPPERS, EpochHook, LoaderFact, LoaderKeys, _iterated, code_of, loader_value,
+                                    walked_by)
+from migrator.graph.flow import Value
 from migrator.dataflow.epochs import EpochFlow
 from migrator.tree import descendants
 
@@ -33,7 +34,8 @@ class LoaderFlow(EpochFlow):
         target: Optional[str] = None
         loops: List[Tuple[cst.For, str]] = []
         comprehension = _keyed_by(self.a, call)
-        value = self.values.follow(self.values.receivers(comprehension or call), LOADER, every=False)
+        value = loader_value(self.a, comprehension or call)
+        trained = loader_value(self.a, comprehension or call, training=True)
         keys = None
         if statement is not None and comprehension is not None:
             target, loops, keys = self.keyed_loops(comprehension, statement, value)
@@ -41,16 +43,20 @@ class LoaderFlow(EpochFlow):
                 problem = "untraced"  # which key trains, or the sampler's dataset, is not clear: reported
         elif statement is not None:
             target, loops = self.loader_loops(call, statement, value)
+        walks = loops  # the uses that walk it where it may train
+        if trained.bindings != value.bindings and statement is not None:
+            walks = (self.keyed_loops(comprehension, statement, trained)[1] if comprehension is not None
+                     else self.loader_loops(call, statement, trained)[1])
         if problem is None and target is None and not loops:
             problem = "untraced"
         if problem is None and not loops and _shuffles(shuffle) and self.has_updates:
             problem = "untraced"  # a named, shuffled loader whose use we cannot find
         # An untraced loader that shuffles is most likely the training one: better reported than missed.
-        training = any(self.use_trains(loop) for loop, _ in loops) or (problem == "untraced" and _shuffles(shuffle))
+        training = any(self.use_trains(loop) for loop, _ in walks) or (problem == "untraced" and _shuffles(shuffle))
         hooks: List[EpochHook] = []
         no_epoch = None
         if training:
-            for loop, spelled in loops:
+            for loop, spelled in walks:
                 if not self.use_trains(loop):
                     continue
                 found = self.epoch_hooks(loop, spelled, value)
@@ -202,7 +208,8 @@ class LoaderFlow(EpochFlow):
         """The loader as spelled where `node` reads it: the loader itself, not the progress bar or
         the `enumerate(...)` a name holds (`pbar = tqdm(train_loader)`: `train_loader`)."""
         read = self.c.refers.get(node, ())
-        inner = [_first_walked(b.value) if isinstance(b.value, cst.Call) else None for b in read]
+        given = [b.given() for b in read]
+        inner = [_first_walked(g) if isinstance(g, cst.Call) else None for g in given]
         if read and all(isinstance(i, (cst.Name, cst.Attribute)) and value.holds(i) for i in inner):
             return code_of(inner[0])
         return code_of(node)

@@ -73,6 +73,19 @@ class Binding:
     def __repr__(self) -> str:
         return f"Binding({self.name!r}, {self.kind}, {type(self.scope).__name__})"
 
+    def given(self) -> Optional[cst.BaseExpression]:
+        """The expression this binding is given, as written: its value, or for an element of an
+        unpacking the element of a literal tuple or list at its path (`a, n, bar = 0.0, 0,
+        tqdm(loader)`: bar is given `tqdm(loader)`); None where the value is not written out
+        element by element (`a, b = make()`: the flow follows those, migrator.graph.flow)."""
+        value = self.value
+        for index in self.path:
+            if not isinstance(value, (cst.Tuple, cst.List)) or index >= len(value.elements) or any(
+                    isinstance(e, cst.StarredElement) for e in value.elements):
+                return None
+            value = value.elements[index].value
+        return value
+
 
 class NameIndex(Visitor):
     """The traversal's bookkeeping: parents, source order, scopes, bindings and references.

@@ -193,7 +193,7 @@ class _Project:
             return  # handed on, not walked here, or read by next(): not known
         functions = [(target, function) for target, function, cls in self._targets(reading, call)
                      if target is not reading and cls is None]  # read only now: it may parse a module
-        trains = any(reading.a.call_graph.trains(loop) for loop in loops)
+        trains = any(reading.a.call_graph.trains(loop) for loop in loops_over(reading.a, call, training=True) or ())
         for target, function in functions:
             loaders = self.found.setdefault(target.path, Handed()).loaders
             loaders[function.name.value] = loaders.get(function.name.value, False) or trains

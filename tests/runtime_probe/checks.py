@@ -298,6 +298,32 @@ def assert_disjoint_shards(report: RunReport, nproc: int = 2) -> str:
     return "; ".join(dict.fromkeys(summary + notes))
 
 
+def assert_evaluation_whole(report: RunReport) -> str:
+    """An evaluation loader (no optimizer step on its batches, in a run where another loader's
+    batches are stepped on) has no DistributedSampler: it gives every rank the whole data set, so
+    the score it makes and what the script decides from it (the best checkpoint) are the same on
+    every rank. Not part of assert_trains_correctly_under_ddp: scripts that shard their
+    evaluation themselves, or migrated with --eval sharded, do so on purpose; fixtures ask for it
+    (fixture.toml `evaluation_whole = true`). Returns a note."""
+    notes: List[str] = []
+    for rank in report.ranks:
+        if not any(_training_steps(loader) for loader in report.loaders(rank)):
+            notes.append(f"rank {rank}: no optimizer step on any loader's batches, evaluation not told apart")
+            continue
+        for loader in _sharded_loaders(report, rank):
+            if _training_steps(loader) or not loader.get("iterations"):
+                continue
+            sampler = report.sampler(rank, loader) or {}
+            passes = [_order(it) for it in loader.get("iterations", [])]
+            _fail(report, f"{_describe_loader(loader, sampler)} on rank {rank} feeds no training (no optimizer "
+                          f"step on its batches in {len(passes)} pass(es)) but is sharded: this rank evaluated "
+                          f"{len(passes[0])} of {loader.get('dataset_len')} samples, so its score (and what the "
+                          "script decides from it) is of a part of the data and differs between ranks; an "
+                          "evaluation loader stays whole on every rank")
+        notes.append(f"rank {rank}: every sharded loader feeds training")
+    return "; ".join(dict.fromkeys(notes))
+
+
 def assert_reshuffled_each_epoch(report: RunReport) -> str:
     """A shuffling DistributedSampler gets a new epoch (set_epoch) every epoch, so each rank's
     order differs between epochs. Checked when a rank made >= 2 passes over such a loader."""
