@@ -102,6 +102,12 @@ MOVE_METHODS = frozenset({"to", "cuda"})
 PREPARE_METHODS = MOVE_METHODS | frozenset(
     {"load_state_dict", "apply", "float", "half", "double", "bfloat16", "train", "init_weights", "reset_parameters"}
 )
+# Methods that change which parameters a module has, or which of them train (`requires_grad_`), on the
+# module or on a submodule of it. DDP registers the parameters that require grad when it is built.
+SETS_PARAMETERS = frozenset({"requires_grad_", "add_module", "register_module", "register_parameter"})
+# Methods whose results are parts of the module (its parameters, its submodules): a loop over them
+# that sets `p.requires_grad` changes what trains.
+MODULE_PARTS = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children", "named_children"})
 
 _NOT_OPTIMIZERS = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
 _CUDA_DEVICE = re.compile(r"""^[rRuU]?(['"])cuda(:\d+)?\1$""")

@@ -10,7 +10,7 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.names import attribute_name
-from migrator.graph.flow import MODEL, Value
+from migrator.graph.flow import MODEL, RETURNS_SELF, Value
 from migrator.tree import descendants
 from migrator.analysis.facts import DataParallelSite, ModelFact
 from migrator.analysis.helpers import (
@@ -808,9 +808,66 @@ class ModelAnalysis:
             for r, meth, s in self.c.expr_calls
         ):
             return True
+        # A change to which parameters it has or which of them train (DDP registers those that require
+        # grad when it is built): here, or in a function of the file this statement hands the model to.
+        changes = self.parameter_changes(model)
+        if any(self.is_inside(change, statement) for change in changes):
+            return True
         # `init_network(model)`, `weights_init(net)`: a function that finishes the model it is handed
         # (DDP broadcasts rank 0's parameters when it is built: a re-initialisation after it is not synced).
-        return any(
-            isinstance(call.func, cst.Name) and _prepares_model(call.func.value) and _passes(call, model)
-            for call in descendants(statement, cst.Call)
-        )
+        for call in descendants(statement, cst.Call):
+            if isinstance(call.func, cst.Name) and _prepares_model(call.func.value) and _passes(call, model):
+                return True
+            callee = self.call_graph.callee(call) if changes else None
+            if callee is not None and _passes(call, model) and any(self.is_inside(change, callee) for change in changes):
+                return True
+        return False
+
+    def parameter_changes(self, model: Value) -> Tuple[cst.CSTNode, ...]:
+        """Where the uses of the model value change which parameters it has or which of them train
+        (see changes_parameters), in source order; found once per model value."""
+        cache = self.__dict__.setdefault("_parameter_changes", {})
+        if id(model) not in cache:
+            found = {change for reference in model.references() for change in (self.changes_parameters(reference),) if change is not None}
+            cache[id(model)] = tuple(sorted(found, key=lambda node: self.c.order.get(node, 0)))
+        return cache[id(model)]
+
+    def changes_parameters(self, reference: cst.CSTNode, depth: int = 0) -> Optional[cst.CSTNode]:
+        """Where this use of a module (`reference`, a node that holds it) changes which parameters it
+        has or which of them train, through the module or any attribute path below it:
+        `model.fc = nn.Linear(...)`, `model.backbone.requires_grad_(False)`, `model.add_module(...)`,
+        and `for p in model.features.parameters(): p.requires_grad = False` (the parts of the module
+        a loop walks are followed to what is done with them). None when it does not."""
+        node = reference
+        parent = self.parent(node)
+        while True:
+            if isinstance(parent, (cst.Attribute, cst.Subscript)) and parent.value is node:  # `model.layer4[0]`
+                node, parent = parent, self.parent(parent)
+                continue
+            if isinstance(parent, cst.Call) and parent.func is node and isinstance(node, cst.Attribute):
+                method = node.attr.value
+                if method in N.SETS_PARAMETERS:
+                    return parent
+                if method in N.MODULE_PARTS:
+                    return self._changes_parts(parent, depth) if depth < 3 else None
+                if method in RETURNS_SELF:  # `model.features.eval().requires_grad_(False)`
+                    node, parent = parent, self.parent(parent)
+                    continue
+            break
+        if node is not reference and isinstance(parent, cst.AssignTarget) and parent.target is node:
+            return node  # `model.fc = ...`, `model[-1] = ...`, `p.requires_grad = False`
+        return None
+
+    def _changes_parts(self, parts: cst.Call, depth: int) -> Optional[cst.CSTNode]:
+        """`for name, p in model.named_parameters(): ... p.requires_grad_(False)`: the first change a
+        loop over the module's parts makes through the names it binds."""
+        loop = self.parent(parts)
+        if not isinstance(loop, (cst.For, cst.CompFor)) or loop.iter is not parts:
+            return None
+        for name in descendants(loop.target, cst.Name):
+            binding = self.c.binding_at.get(name)
+            for reference in binding.references if binding is not None else ():
+                change = self.changes_parameters(reference, depth + 1)
+                if change is not None:
+                    return change
+        return None
