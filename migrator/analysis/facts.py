@@ -80,6 +80,9 @@ class ModelFact:
     # words), and DDP refuses to wrap such a module: its wrap is guarded by its parameters, and its
     # unwraps ask whether it is wrapped.
     auxiliary: bool = False
+    # `p.requires_grad = True` for the backbone at epoch 5, after the wrap: no wrap point comes after
+    # the change and before training (DDP116)
+    parameters_changed_later: Tuple[cst.CSTNode, ...] = ()
 
     @property
     def guarded(self) -> bool:

@@ -208,6 +208,8 @@ class ModelAnalysis:
                     move_to_local=handed_to_mover,
                     auxiliary=first is not None and first != expr and definition is not None and models[first].definition is not None
                     and self.applied_to(self.model_value(expr, definition), self.model_value(first, models[first].definition)),
+                    parameters_changed_later=self.parameters_changed_later(expr, definition, wrap_after)
+                    if definition is not None and wrap_after is not None else (),
                 )
                 first = first or expr
         return tuple(models.values())
@@ -811,7 +813,7 @@ class ModelAnalysis:
         # A change to which parameters it has or which of them train (DDP registers those that require
         # grad when it is built): here, or in a function of the file this statement hands the model to.
         changes = self.parameter_changes(model)
-        if any(self.is_inside(change, statement) for change in changes):
+        if any(self.is_inside(change, statement) for change, _ in changes):
             return True
         # `init_network(model)`, `weights_init(net)`: a function that finishes the model it is handed
         # (DDP broadcasts rank 0's parameters when it is built: a re-initialisation after it is not synced).
@@ -819,55 +821,94 @@ class ModelAnalysis:
             if isinstance(call.func, cst.Name) and _prepares_model(call.func.value) and _passes(call, model):
                 return True
             callee = self.call_graph.callee(call) if changes else None
-            if callee is not None and _passes(call, model) and any(self.is_inside(change, callee) for change in changes):
+            if callee is not None and _passes(call, model) and any(self.is_inside(change, callee) for change, _ in changes):
                 return True
         return False
 
-    def parameter_changes(self, model: Value) -> Tuple[cst.CSTNode, ...]:
-        """Where the uses of the model value change which parameters it has or which of them train
-        (see changes_parameters), in source order; found once per model value."""
+    def parameter_changes(self, model: Value) -> Tuple[Tuple[cst.CSTNode, bool], ...]:
+        """Where the uses of the model value change which parameters it has or which of them train,
+        and whether the change is to a part of it only (see changes_parameters), in source order;
+        found once per model value."""
         cache = self.__dict__.setdefault("_parameter_changes", {})
         if id(model) not in cache:
             found = {change for reference in model.references() for change in (self.changes_parameters(reference),) if change is not None}
-            cache[id(model)] = tuple(sorted(found, key=lambda node: self.c.order.get(node, 0)))
+            cache[id(model)] = tuple(sorted(found, key=lambda change: self.c.order.get(change[0], 0)))
         return cache[id(model)]
 
-    def changes_parameters(self, reference: cst.CSTNode, depth: int = 0) -> Optional[cst.CSTNode]:
+    def changes_parameters(self, reference: cst.CSTNode, depth: int = 0) -> Optional[Tuple[cst.CSTNode, bool]]:
         """Where this use of a module (`reference`, a node that holds it) changes which parameters it
         has or which of them train, through the module or any attribute path below it:
         `model.fc = nn.Linear(...)`, `model.backbone.requires_grad_(False)`, `model.add_module(...)`,
         and `for p in model.features.parameters(): p.requires_grad = False` (the parts of the module
-        a loop walks are followed to what is done with them). None when it does not."""
+        a loop walks are followed to what is done with them). None when it does not.
+
+        With it, whether the change is to a part of the module only (a submodule, a new one, the
+        parameters a loop picks by name), or to all of it (`model.requires_grad_(False)`, every `p`
+        of `model.parameters()`: a GAN's discriminator switched off for the generator's step)."""
         node = reference
         parent = self.parent(node)
+        part = False
         while True:
             if isinstance(parent, (cst.Attribute, cst.Subscript)) and parent.value is node:  # `model.layer4[0]`
+                outer = self.parent(parent)
+                method = isinstance(outer, cst.Call) and outer.func is parent
+                if not method and not (isinstance(parent, cst.Attribute) and parent.attr.value == "module" and node is reference):
+                    part = True  # a path below the module (DataParallel's own `.module` is all of it)
                 node, parent = parent, self.parent(parent)
                 continue
             if isinstance(parent, cst.Call) and parent.func is node and isinstance(node, cst.Attribute):
                 method = node.attr.value
                 if method in N.SETS_PARAMETERS:
-                    return parent
+                    return parent, part or method != "requires_grad_"
                 if method in N.MODULE_PARTS:
-                    return self._changes_parts(parent, depth) if depth < 3 else None
+                    found = self._changes_parts(parent, depth) if depth < 3 else None
+                    return (found[0], found[1] or part) if found is not None else None
                 if method in RETURNS_SELF:  # `model.features.eval().requires_grad_(False)`
                     node, parent = parent, self.parent(parent)
                     continue
             break
         if node is not reference and isinstance(parent, cst.AssignTarget) and parent.target is node:
-            return node  # `model.fc = ...`, `model[-1] = ...`, `p.requires_grad = False`
+            return node, True  # `model.fc = ...`, `model[-1] = ...`, `p.requires_grad = False`
         return None
 
-    def _changes_parts(self, parts: cst.Call, depth: int) -> Optional[cst.CSTNode]:
+    def _changes_parts(self, parts: cst.Call, depth: int) -> Optional[Tuple[cst.CSTNode, bool]]:
         """`for name, p in model.named_parameters(): ... p.requires_grad_(False)`: the first change a
-        loop over the module's parts makes through the names it binds."""
+        loop over the module's parts makes through the names it binds; to a part only when the
+        loop picks what it changes (an `if` in its body, a comprehension's condition) or changes a
+        part of each element."""
         loop = self.parent(parts)
         if not isinstance(loop, (cst.For, cst.CompFor)) or loop.iter is not parts:
             return None
         for name in descendants(loop.target, cst.Name):
             binding = self.c.binding_at.get(name)
             for reference in binding.references if binding is not None else ():
-                change = self.changes_parameters(reference, depth + 1)
-                if change is not None:
-                    return change
+                found = self.changes_parameters(reference, depth + 1)
+                if found is None:
+                    continue
+                change, part = found
+                if isinstance(change, cst.Attribute) and change.value is reference and change.attr.value == "requires_grad":
+                    part = False  # `p.requires_grad = False` on the element itself
+                picked = bool(getattr(loop, "ifs", ())) or any(
+                    isinstance(a, cst.If) for a in self.ancestors(change) if self.is_inside(a, loop) and a is not loop)
+                return change, part or picked
         return None
+
+    def parameters_changed_later(self, expr: str, definition: Statement, wrap_after: Statement) -> Tuple[cst.CSTNode, ...]:
+        """Changes to which of the model's parameters train that no wrap point can come after: made
+        after the wrap, inside a loop that trains or before a later one in the same function (a
+        second phase that unfreezes the backbone). DDP keeps reducing the parameters it registered
+        when it was built (DDP116). Only `requires_grad` changes and the methods that add
+        parameters count here: in a training loop, `model.hidden = model.init_hidden(bsz)` keeps
+        state, it adds no parameter."""
+        found = []
+        for change, part in self.parameter_changes(self.model_value(expr, definition)):
+            if not part or (isinstance(change, cst.Attribute) and change.attr.value != "requires_grad"):
+                continue
+            if self.scope_of(change) is self.scope_of(wrap_after) and not self.comes_after(change, wrap_after):
+                continue
+            fn = self.enclosing_function(change)
+            if any(self.call_graph.trains(loop) and (self.is_inside(change, loop) or (
+                    self.enclosing_function(loop) is fn and self.comes_after(loop, self.statement_of(change))))
+                   for loop in self.c.loops):
+                found.append(change)
+        return tuple(found)
