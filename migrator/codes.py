@@ -15,6 +15,7 @@ CODES: Tuple[Tuple[str, str], ...] = (
     ("DDP004", "destroy-process-group"),
     ("DDP018", "download-once"),
     ("DDP010", "distributed-sampler"),
+    ("DDP026", "shared-split"),
     ("DDP019", "global-batch"),
     ("DDP025", "per-process-workers"),
     ("DDP011", "set-epoch"),
@@ -37,6 +38,7 @@ CODES: Tuple[Tuple[str, str], ...] = (
     ("DDP105", "import-time-model"),
     ("DDP106", "loader-has-sampler"),
     ("DDP107", "iterable-dataset"),
+    ("DDP126", "split-not-shared"),
     ("DDP108", "untraced-loader"),
     ("DDP109", "no-epoch-loop"),
     ("DDP110", "save-runs-shared-code"),
@@ -104,7 +106,7 @@ REQUIRES: Dict[str, Tuple[str, ...]] = {
 }
 
 #: Fixes whose sites stand alone (Rule.per_site): a suppression drops one site, not the fix.
-PER_SITE: FrozenSet[str] = frozenset({"DDP012", "DDP013", "DDP016"})
+PER_SITE: FrozenSet[str] = frozenset({"DDP026", "DDP012", "DDP013", "DDP016"})
 
 #: Advisories that ask for no action: they never fail --check (every other finding does).
 INFORMATIONAL: FrozenSet[str] = frozenset({"DDP111", "DDP120", "DDP122", "DDP123"})

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import builtins
 import re
-from typing import Optional
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, Optional
 
 import libcst as cst
 
@@ -95,6 +96,52 @@ DISTRIBUTED_SAMPLER = frozenset(
     {"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"}
 )
 ITERABLE_DATASET = frozenset({"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"})
+
+
+
+@dataclass(frozen=True)
+class RandomDraw:
+    """A draw that can decide which samples go where (a split, a permutation or shuffle of indices).
+
+    family: the generator it draws from when none is given, the one a seed call of that family
+    seeds ("torch", "numpy", "random"). keyword / position: where a generator of its own (or a
+    seed) is passed, when it takes one; instance: the class whose instances have the same function
+    as a method, seeded when built (`numpy.random.RandomState(0).permutation(n)`), when it does not.
+    in_place: it shuffles its first argument (the drawn value) instead of returning one."""
+
+    family: str
+    keyword: Optional[str] = None
+    position: Optional[int] = None
+    instance: Optional[str] = None
+    in_place: bool = False
+
+
+_TORCH_DRAW = RandomDraw("torch", keyword="generator")
+RANDOM_DRAWS: Dict[str, RandomDraw] = {
+    "torch.randperm": _TORCH_DRAW,
+    "torch.utils.data.random_split": RandomDraw("torch", keyword="generator", position=2),
+    "torch.utils.data.dataset.random_split": RandomDraw("torch", keyword="generator", position=2),
+    "numpy.random.permutation": RandomDraw("numpy", instance="RandomState"),
+    "numpy.random.choice": RandomDraw("numpy", instance="RandomState"),
+    "numpy.random.shuffle": RandomDraw("numpy", instance="RandomState", in_place=True),
+    "random.shuffle": RandomDraw("random", instance="Random", in_place=True),
+    "random.sample": RandomDraw("random", instance="Random"),
+    "sklearn.model_selection.train_test_split": RandomDraw("numpy", keyword="random_state"),
+}
+_EVERY_FAMILY = frozenset({"torch", "numpy", "random"})
+# Calls that seed the generators of these families (the argument is the seed).
+SEEDS: Dict[str, FrozenSet[str]] = {
+    "torch.manual_seed": frozenset({"torch"}),
+    "torch.random.manual_seed": frozenset({"torch"}),
+    "numpy.random.seed": frozenset({"numpy"}),
+    "random.seed": frozenset({"random"}),
+    "pytorch_lightning.seed_everything": _EVERY_FAMILY,
+    "lightning.seed_everything": _EVERY_FAMILY,
+    "lightning.pytorch.seed_everything": _EVERY_FAMILY,
+    "lightning.fabric.seed_everything": _EVERY_FAMILY,
+    "transformers.set_seed": _EVERY_FAMILY,
+    "accelerate.utils.set_seed": _EVERY_FAMILY,
+}
 
 # Methods that still "prepare" a model after it is built: the DDP wrap goes after them
 # (DDP must see the module on its final device, and weights load without a `module.` prefix).

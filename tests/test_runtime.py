@@ -352,6 +352,22 @@ def test_self_sharded_evaluation_loader_is_detected(tmp_path: Path) -> None:
         "every sharded loader feeds training")
 
 
+def test_self_split_drawn_apart_on_each_rank_is_detected(tmp_path: Path) -> None:
+    # Each rank holds out its own 3 samples (a split drawn from a generator seeded apart): the
+    # sampler's shards of the Subset's indices are disjoint, but the samples behind them are not.
+    script = ddp_script(tmp_path, "split_apart")
+    script.write_text(_edit(script.read_text(), "    sampler = DistributedSampler(ds, shuffle=True, seed=0)\n",
+                            "    order = torch.randperm(33, generator=torch.Generator().manual_seed(rank)).tolist()\n"
+                            "    ds = torch.utils.data.Subset(ds, order[3:])\n"
+                            "    sampler = DistributedSampler(ds, shuffle=True, seed=0)\n"))
+    report = run_torchrun(script, tmp_path / "run")
+    assert_trains_correctly_under_ddp(report, skip={"disjoint_shards"})
+    message = expect_failure(assert_disjoint_shards, report, match="the ranks' Subsets pick different samples")
+    assert message.startswith("DataLoader #0 over Subset(len=30) with DistributedSampler, batch_size=4, a Subset of "
+                              "TensorDataset(len=33): the ranks' Subsets pick different samples of the dataset "
+                              "(rank 0: 30, rank 1: 30; "), message
+
+
 def test_self_missing_set_epoch_is_detected(tmp_path: Path) -> None:
     report = run_torchrun(ddp_script(tmp_path, "no_set_epoch", set_epoch=False), tmp_path / "run")
     assert_trains_correctly_under_ddp(report, skip={"reshuffled_each_epoch"})

@@ -28,7 +28,7 @@ from migrator.analysis.facts import (
 from migrator.positions import LazyPositions, _OffsetState
 from migrator.analysis.helpers import Block, Statement, code_of, code_of_target
 from migrator.analysis.passes import _Analysis, analyze
-from migrator.dataflow import LoaderFact, ModelUse, SaveSite
+from migrator.dataflow import LoaderFact, ModelUse, SaveSite, SplitDraw
 
 __all__ = [
     "Block",
@@ -45,6 +45,7 @@ __all__ = [
     "ModelUse",
     "SaveSite",
     "ScriptFacts",
+    "SplitDraw",
     "Statement",
     "_Analysis",
     "_Collector",

@@ -8,7 +8,7 @@ import libcst as cst
 
 from migrator.graph.bindings import ScopeOwner
 from migrator.positions import LazyPositions
-from migrator.dataflow import LoaderFact, ModelUse, SaveSite
+from migrator.dataflow import LoaderFact, ModelUse, SaveSite, SplitDraw
 from migrator.analysis.distributed import Distributed
 from migrator.analysis.helpers import Block, Statement
 
@@ -210,6 +210,8 @@ class ScriptFacts:
     penalty_backwards: Tuple[cst.Call, ...] = ()
     # `loss.backward(retain_graph=True)`, kept for a second backward (dataflow.penalty): DDP syncs only the first
     retained_backwards: Tuple[cst.Call, ...] = ()
+    # random draws from a generator nothing seeded that decide which samples loaders read (dataflow.draws)
+    split_draws: Tuple[SplitDraw, ...] = ()
     # The graph the facts are a view of: the binding index and the resolved calls (migrator.graph.bindings,
     # filled by analysis.collector), and the value flow (migrator.graph.flow). Rules ask them questions
     # about the patterns they fix (calls_of, resolve, bindings); they never walk the tree.

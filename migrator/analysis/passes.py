@@ -216,6 +216,7 @@ class _Analysis(EntryAnalysis, ModelAnalysis, DeviceAnalysis, ImportAnalysis):
         logged = flow.logged_statements(loaders)
         return dict(
             loaders=loaders,
+            split_draws=flow.split_draws(loaders),
             saves=saves,
             reads_after_write=flow.reads_after_write(saves),
             accumulation_steps=tuple(flow.accumulation_steps()),

@@ -12,7 +12,10 @@ Layout, one concern per module:
   saves.py    SaveFlow: checkpoint writes, per-step prints and logs, rank checks and barriers
   models.py   ModelFlow: uses and reassignments of a model after it is wrapped
   penalty.py  PenaltyFlow: backward passes of a gradient penalty alone (WGAN-GP as an update of its own)
+  draws.py    DrawFlow: random draws (a split, a shuffle of indices) that decide which samples a
+              loader reads, and whether their generator is seeded on every rank before them
 """
+from migrator.dataflow.draws import DrawFlow, SplitDraw
 from migrator.dataflow.core import EpochHook, LoaderFact, ModelUse, SaveSite, Statement, code_of, loops_over, walked_by
 from migrator.dataflow.epochs import EpochFlow
 from migrator.dataflow.loaders import LoaderFlow
@@ -21,11 +24,13 @@ from migrator.dataflow.penalty import PenaltyFlow
 from migrator.dataflow.saves import SaveFlow
 
 
-class Flow(LoaderFlow, SaveFlow, ModelFlow, PenaltyFlow):
-    """The flow facts of one script: loaders (with their epochs), saves and model uses."""
+class Flow(LoaderFlow, SaveFlow, ModelFlow, PenaltyFlow, DrawFlow):
+    """The flow facts of one script: loaders (with their epochs), saves, model uses and the draws
+    that split the data."""
 
 
 __all__ = [
+    "DrawFlow",
     "EpochFlow",
     "EpochHook",
     "Flow",
@@ -36,6 +41,7 @@ __all__ = [
     "PenaltyFlow",
     "SaveFlow",
     "SaveSite",
+    "SplitDraw",
     "Statement",
     "code_of",
     "loops_over",

@@ -12,6 +12,10 @@ travels, whatever the names on either side:
             a class's `__init__`, a method of an instance built from a class of the file)
   return    `return model, optimizer` -> `net, opt = build(args)` at each call site
   unpack    `a, (b, c) = x, (y, z)`, `train_loader, val_loader = loaders` (by position)
+  derived   `idx = order[:n]`, `train = Subset(ds, idx)`, `perm = torch.randperm(n).tolist()`: a
+            value computed from another (anywhere in the expression a binding is given, in an
+            argument of the file's function, or out through its returns), asked for by a consumer
+            that follows what a value decides rather than the value itself (a split's draw)
 
 A consumer picks the kinds its value takes (a model goes through `.to()`, a loader through
 `tqdm()`), seeds the bindings it starts from, and asks the Value which nodes hold it. A reference
@@ -33,6 +37,7 @@ MODEL = frozenset({"alias", "method", "argument", "return", "unpack"})
 LOADER = frozenset({"alias", "wrapper", "argument", "return", "unpack"})
 OPTIMIZER = frozenset({"alias", "argument", "return", "unpack"})
 ALIAS = frozenset({"alias"})  # an object kept under another name (a trainer)
+DERIVED = frozenset({"alias", "argument", "return", "unpack", "derived"})  # what a value decides
 
 # nn.Module methods that return the module they are called on.
 RETURNS_SELF = frozenset(
@@ -62,6 +67,9 @@ class ValueFlow:
         self.callee = callee
         self._into: Optional[Dict[Binding, List[Edge]]] = None
         self._from: Dict[Binding, List[Edge]] = {}
+        self._given: Dict[cst.CSTNode, List[Binding]] = {}  # an expression -> the bindings given it
+        self._sites: Dict[cst.FunctionDef, List[cst.Call]] = {}  # a function of the file -> its calls
+        self._derived: Dict[Binding, List[Edge]] = {}
 
     # -- the edges ---------------------------------------------------------------------------
     def edges_into(self, binding: Binding) -> List[Edge]:
@@ -80,6 +88,8 @@ class ValueFlow:
         for names in self.index.bindings.values():
             for bindings in names.values():
                 for binding in bindings:
+                    if binding.value is not None:
+                        self._given.setdefault(binding.value, []).append(binding)
                     if binding.value is not None and binding.kind in ("assignment", "attribute", "unpacking", "with"):
                         for kind, source, site in self._sources(binding.value, binding.path, "alias", binding.statement):
                             if isinstance(source, Binding):
@@ -89,6 +99,7 @@ class ValueFlow:
         for call in self._calls():
             function = self.callee(call)
             if function is not None:
+                self._sites.setdefault(function, []).append(call)
                 for param, value in self.arguments(function, call):
                     for kind, source, _ in self._sources(value, (), "argument", call):
                         if isinstance(source, Binding):
@@ -99,6 +110,49 @@ class ValueFlow:
         `train, val = make_loaders()` where make_loaders returns `DataLoader(...), DataLoader(...)`)."""
         self._build()
         return self._origins.get(node, [])
+
+    def derived(self, node: cst.CSTNode, returned: Optional[List[cst.Call]] = None) -> List[Binding]:
+        """The bindings given a value computed from `node` (a reference, or a call that makes a
+        value): up its expression to the binding given it, into the parameter of the file's function
+        it is an argument of, or out of a `return` to where the function is called (those calls,
+        which hold it too, are added to `returned`)."""
+        self._build()
+        found: List[Binding] = []
+        pending, seen = [node], set()
+        while pending:
+            child = pending.pop()
+            parent = self.index.parents.get(child)
+            while parent is not None and child not in self._given:
+                if isinstance(parent, cst.Arg) and isinstance(self.index.parents.get(parent), cst.Call):
+                    call = self.index.parents[parent]
+                    function = self.callee(call)  # type: ignore[arg-type]
+                    if function is not None:
+                        found += [param for param, value in self.arguments(function, call) if value is parent.value]  # type: ignore[arg-type]
+                        break
+                if isinstance(parent, cst.Return):
+                    function = self.index.owner_of(parent)
+                    if function not in seen:
+                        seen.add(function)
+                        pending += self._sites.get(function, [])  # type: ignore[arg-type]
+                        if returned is not None:
+                            returned += self._sites.get(function, [])  # type: ignore[arg-type]
+                    break
+                if isinstance(parent, (cst.BaseSmallStatement, cst.BaseStatement, cst.BaseSuite)):
+                    break  # a statement that binds nothing from it (`print(order)`, `if order:`)
+                child, parent = parent, self.index.parents.get(parent)
+            found += self._given.get(child, [])
+        return found
+
+    def call_sites(self, function: cst.CSTNode) -> List[cst.Call]:
+        """The calls of the file that run `function` (a def of the file, a method through `self`)."""
+        self._build()
+        return self._sites.get(function, [])  # type: ignore[call-overload]
+
+    def _derived_from(self, binding: Binding) -> List[Edge]:
+        if binding not in self._derived:
+            self._derived[binding] = [Edge("derived", binding, target, node)
+                                      for node in binding.references for target in self.derived(node)]
+        return self._derived[binding]
 
     def _add(self, edge: Edge) -> None:
         self._into.setdefault(edge.target, []).append(edge)  # type: ignore[union-attr]
@@ -188,7 +242,10 @@ class ValueFlow:
             value.bindings.add(seed)
         while pending:
             binding = pending.pop()
-            for edge in self.edges_from(binding):
+            edges = self.edges_from(binding)
+            if "derived" in kinds:
+                edges = edges + self._derived_from(binding)
+            for edge in edges:
                 if edge.kind not in kinds or edge.target in value.bindings or not keep(edge):
                     continue
                 if binding in value.seeds and since is not None and not self._after(edge.site, since):

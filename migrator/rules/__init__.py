@@ -32,6 +32,7 @@ from migrator.rules import (
     rank_zero,
     sampler,
     set_epoch,
+    shared_split,
     sharded_eval,
     shutdown,
     spawn,
@@ -50,6 +51,7 @@ FIXERS: Tuple[Tuple[Rule, Planner], ...] = (
     (shutdown.RULE, shutdown.plan),
     (downloads.RULE, downloads.plan),  # before the sampler: its barrier precedes a data set the sampler hoists
     (sampler.RULE, sampler.plan),
+    (shared_split.RULE, shared_split.plan),
     (global_batch.RULE, global_batch.plan),  # after the sampler: both edit the loader call
     (loader_workers.RULE, loader_workers.plan),
     (set_epoch.RULE, set_epoch.plan),

@@ -213,6 +213,29 @@ def _check_unsharded_loader(report: RunReport, rank: int, loader: dict, notes: L
         notes.append(f"{desc}: not sharded, whole dataset on every rank")
 
 
+def _check_same_subsets(report: RunReport, notes: List[str]) -> None:
+    """A loader over a Subset (`random_split`, `Subset(ds, perm[:n])`) reads the same samples of the
+    dataset under it on every rank: else each rank shards, or evaluates, a different set (a split
+    drawn apart on each rank), whose indices alone look disjoint and covering."""
+    ranks = report.ranks
+    loaders = {rank: report.loaders(rank) for rank in ranks}
+    for j in range(min(len(found) for found in loaders.values())):
+        subsets = {rank: loaders[rank][j].get("subset_of") for rank in ranks}
+        if any(subset is None for subset in subsets.values()):
+            continue
+        first = subsets[ranks[0]]
+        desc = (f"{_describe_loader(loaders[ranks[0]][j])}, a Subset of {first.get('dataset_class')}"
+                f"(len={first.get('dataset_len')})")
+        picked = {rank: subset.get("indices") or [] for rank, subset in subsets.items()}
+        if any(indices != picked[ranks[0]] for indices in picked.values()):
+            shared = set.intersection(*(set(indices) for indices in picked.values()))
+            sizes = ", ".join(f"rank {rank}: {len(indices)}" for rank, indices in picked.items())
+            _fail(report, f"{desc}: the ranks' Subsets pick different samples of the dataset ({sizes}; "
+                          f"{len(shared)} shared by all ranks), so each rank reads its own set: the split "
+                          "was drawn apart on each rank (an unseeded random_split, randperm or shuffle)")
+        notes.append(f"{desc}: the same {len(picked[ranks[0]])} samples on every rank")
+
+
 def assert_disjoint_shards(report: RunReport, nproc: int = 2) -> str:
     """Training data is split across ranks by a DistributedSampler, pass by pass.
 
@@ -228,6 +251,8 @@ def assert_disjoint_shards(report: RunReport, nproc: int = 2) -> str:
     for rank in ranks:
         for loader in _unsharded_loaders(report, rank):
             _check_unsharded_loader(report, rank, loader, notes)
+
+    _check_same_subsets(report, notes)
 
     sharded = {rank: _sharded_loaders(report, rank) for rank in ranks}
     if not any(sharded.values()):

@@ -15,7 +15,7 @@ from migrator.rules.advisories.entry import IMPORT_TIME_MODEL, NO_ENTRY_POINT
 from migrator.rules.advisories.launch import LEGACY_LAUNCH_IMPORT, PYTHON_LAUNCH_UNSAFE
 from migrator.rules.advisories.loaders import NO_EPOCH_LOOP, UNTRACED_LOADER
 from migrator.rules.advisories.models import MODEL_NOT_TRACED
-from migrator.rules.advisories.sharding import CUSTOM_SAMPLER, ITERABLE_DATASET
+from migrator.rules.advisories.sharding import CUSTOM_SAMPLER, ITERABLE_DATASET, SPLIT_NOT_SHARED
 from migrator.rules.advisories.soundness import UNSOUND_MIGRATION
 from migrator.rules.advisories.spawn import SPAWN_NOT_MIGRATED
 
@@ -27,6 +27,7 @@ RULES = (
     IMPORT_TIME_MODEL,
     CUSTOM_SAMPLER,
     ITERABLE_DATASET,
+    SPLIT_NOT_SHARED,
     UNTRACED_LOADER,
     NO_EPOCH_LOOP,
     SHARED_WORK_IN_SAVE,
@@ -54,6 +55,7 @@ __all__ = [
     "SAVE_AFTER_TEARDOWN",
     "SHARED_WORK_IN_SAVE",
     "SPAWN_NOT_MIGRATED",
+    "SPLIT_NOT_SHARED",
     "UNTRACED_LOADER",
     "UNSOUND_MIGRATION",
 ]

@@ -228,3 +228,91 @@ if __name__ == "__main__":
         ),
     ),
 )
+
+SPLIT_NOT_SHARED = Rule(
+    code="DDP126",
+    name="split-not-shared",
+    summary="give that draw a generator seeded with one value on every rank (or seed its family first)",
+    what="""
+A random draw that decides which samples a loader reads (a split, a permutation or a shuffle of the
+indices), from a generator nothing seeds before it, that DDP026 cannot give a generator of its own:
+a function imported by its bare name (`from numpy.random import permutation`), or a draw inside
+the training loader's own call, whose dataset the sampler rule builds again.""",
+    why="""
+Under torchrun each rank draws its own split: the ranks shard different training sets, samples
+repeat or go unseen, and validation samples leak into training.""",
+    fix="""Seed the draw with a value every rank shares: `np.random.RandomState(0).permutation(n)`,
+`random_split(ds, lens, generator=torch.Generator().manual_seed(0))`, or seed its family
+(`np.random.seed(args.seed)`) before it.""",
+    fix_safety="Not fixable automatically.",
+    fixable=False,
+    examples=(
+        Example(
+            id="permutation-imported-bare",
+            before='''import torch
+from numpy.random import permutation
+from torch.utils.data import DataLoader, Subset, TensorDataset
+
+
+def main():
+    full = TensorDataset(torch.randn(80, 4), torch.randn(80, 1))
+    order = permutation(80).tolist()
+    loader = DataLoader(Subset(full, order[:64]), batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''import torch
+from numpy.random import permutation
+from torch.utils.data import DataLoader, Subset, TensorDataset
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data.distributed import DistributedSampler
+
+
+def main():
+    # torchrun starts one process per device and sets LOCAL_RANK for each.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "RANK" in os.environ:  # started by torchrun
+        dist.init_process_group(backend=backend)
+    else:  # `python train.py`: one process, a world of one on an in-process store (no port to bind)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+    full = TensorDataset(torch.randn(80, 4), torch.randn(80, 1))
+    order = permutation(80).tolist()
+    dataset = Subset(full, order[:64])
+    sampler = DistributedSampler(dataset, shuffle=True)
+    loader = DataLoader(dataset, batch_size=8, sampler=sampler)
+    model = torch.nn.Linear(4, 1)
+    model = DDP(model, device_ids=None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+''',
+            diagnostics=("DDP126", "DDP120"),
+        ),
+    ),
+)

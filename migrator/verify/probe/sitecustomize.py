@@ -85,8 +85,10 @@ RECORD_FORMAT = """
                                "batches": int,
                                "optimizer_steps": int,  # steps taken while this pass had drawn
                                                         # the latest batch: >0 on training loaders
-                               "shard": [int, ...]}]}], # DistributedSampler loaders only: the
+                               "shard": [int, ...]}],   # DistributedSampler loaders only: the
                                                         # sampler's whole yield for this pass
+               "subset_of": {"dataset_class": str, "dataset_len": int | null,  # a Subset's only: the
+                             "indices": [int, ...]}}],  # sample of that dataset each index reads
   "samplers": [{"index": 0, "class": "DistributedSampler", "num_replicas": 2, "rank": 0,
                 "shuffle": bool, "drop_last": bool, "seed": int, "dataset_len": int | null,
                 "set_epoch": [0, 1, ...], "iterated": int}],
@@ -536,6 +538,9 @@ class _Probe:
                 "sampler_index": self._sampler_index(sampler),
                 "iterations": [],
             }
+            subset = self.guard("record subset", _subset_of, dataset)
+            if subset is not None:
+                rec["subset_of"] = subset
             if self.max_batches or self.epochs:
                 rec["num_batches"] = _len_or_none(loader)
             self.record["loaders"].append(rec)
@@ -675,6 +680,27 @@ def _jsonable(value):
         except Exception:
             pass
     return str(value)
+
+
+_SUBSET_LIMIT = 200_000  # samples: a larger Subset is not recorded
+
+
+def _subset_of(dataset):
+    """A Subset (of a Subset...): the dataset it picks from, and which of its samples each of the
+    loader's indices reads (`Subset(Subset(ds, a), b)`: ds[a[b[i]]]). Two ranks whose splits were
+    drawn apart pick different samples under the same loader indices. None for any other dataset."""
+    from torch.utils.data import Subset
+
+    chain = []
+    while isinstance(dataset, Subset):
+        chain.append(dataset.indices)
+        dataset = dataset.dataset
+    if not chain or len(chain[0]) > _SUBSET_LIMIT:
+        return None
+    picked = list(range(len(chain[0])))
+    for indices in chain:
+        picked = [int(indices[i]) for i in picked]
+    return {"dataset_class": type(dataset).__name__, "dataset_len": _len_or_none(dataset), "indices": picked}
 
 
 def _len_or_none(obj):
