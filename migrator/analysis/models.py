@@ -161,7 +161,7 @@ class ModelAnalysis:
                         continue
                 sites = [
                     s for s in dp_sites
-                    if (s.target == expr or (s.target or "").startswith(expr + ".")) and self.same_scope(s.statement, definition)
+                    if (s.target == expr or (s.target or "").startswith(expr + ".")) and self.same_variable(expr, s.statement, definition)
                 ]
                 anchor = self.branch_anchor(definition) if definition is not None else None
                 stripped = self.nested_sites(sites, definition, anchor)
@@ -261,12 +261,15 @@ class ModelAnalysis:
                 or c in self.c.trained_arguments for c in self.c.calls)
         return self.__dict__["_file_trains_cache"]
 
-    def same_scope(self, statement, definition) -> bool:
-        """Is `statement` about the same variable as `definition` (same function; same class for self.x)?"""
+    def same_variable(self, expr: str, statement, definition) -> bool:
+        """Is `expr` in `statement` the same variable as at `definition`: the same function's local, or
+        `self.x` in the same class? A local `model` of the class's `sample()` is not `train()`'s."""
         if definition is None:
             return False
         if self.scope_of(statement) is self.scope_of(definition):
             return True
+        if not expr.startswith("self."):
+            return False
         cls = self.enclosing_class(definition)
         return cls is not None and cls is self.enclosing_class(statement)
 

@@ -7,6 +7,7 @@ import libcst as cst
 
 from migrator import names as N
 from migrator.analysis import ModelFact, ScriptFacts
+from migrator.analysis.helpers import code_of
 from migrator.edits import Plan
 from migrator.names import NN_MODULE_API, STATE_DICT_METHODS, STRUCTURE_METHODS
 from migrator.rule import Example, Rule
@@ -574,6 +575,30 @@ def plan_module_api(facts: ScriptFacts, plan: Plan) -> None:
         plan.replace(use.node, lambda n, model=use.model: _through_module(facts, model, n))
         line, col = facts.line_col(use.node)
         plan.changes.append(Change(MODULE_API.code, line, col, what))
+    if any(not model.already_ddp and model.wrap_after is not None for model in facts.models):
+        for call in facts.calls:
+            if wrapper_test(call, facts.parents.get(call), facts.resolve):
+                _widen_wrapper_test(facts, plan, call)
+
+
+def wrapper_test(call: cst.Call, parent, resolve) -> bool:
+    """`if isinstance(net, nn.DataParallel): net = net.module`: the test of a multi-GPU wrapper whose
+    `.module` holds the model (an EMA helper's, a checkpoint writer's). DDP is such a wrapper too.
+    Only a test (`if`, conditional expression), not a call whose answer is kept."""
+    if not (isinstance(call.func, cst.Name) and call.func.value == "isinstance" and len(call.args) == 2):
+        return False
+    if not (isinstance(parent, (cst.If, cst.IfExp)) and parent.test is call):
+        return False
+    return resolve(call.args[1].value) in N.DATAPARALLEL
+
+
+def _widen_wrapper_test(facts: ScriptFacts, plan: Plan, call: cst.Call) -> None:
+    ddp = facts.names.ddp
+    plan.replace(call, lambda updated: updated.with_changes(args=[
+        updated.args[0], updated.args[1].with_changes(value=_build.expression(facts, f"({code_of(updated.args[1].value)}, {ddp})"))]))
+    plan.need_import("torch.nn.parallel", "DistributedDataParallel", ddp if ddp != "DistributedDataParallel" else None)
+    line, col = facts.line_col(call)
+    plan.changes.append(Change(MODULE_API.code, line, col, "`isinstance(..., DataParallel)` unwraps DDP's `.module` too"))
 
 
 def _accepting_prefixed_keys(call: cst.Call) -> cst.Call:

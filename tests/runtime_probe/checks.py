@@ -455,6 +455,8 @@ def _structure(summary: dict) -> dict:
         if items:
             out["items"] = items
         return out
+    if kind in ("list", "tuple") and summary.get("items"):  # `[model.state_dict(), optimizer.state_dict(), epoch]`
+        return {"type": kind, "items": {k: _structure(v) for k, v in summary["items"].items()}}
     return {"type": kind}
 
 

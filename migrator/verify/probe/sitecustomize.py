@@ -772,7 +772,14 @@ def _summarize(torch, obj, depth: int = 0) -> dict:
                 out["items"] = items
         return out
     if isinstance(obj, (list, tuple)):
-        return {"type": type(obj).__name__, "len": len(obj)}
+        out = {"type": type(obj).__name__, "len": len(obj)}
+        # `[model.state_dict(), optimizer.state_dict(), epoch, step, ema.state_dict()]`: each state
+        # in it is read as a dict's item would be, by its index.
+        items = {str(i): _summarize(torch, v, depth + 1) for i, v in enumerate(obj)
+                 if isinstance(v, (Mapping, torch.nn.Module))} if depth < 2 else {}
+        if items:
+            out["items"] = items
+        return out
     return {"type": type(obj).__name__}
 
 
