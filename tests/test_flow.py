@@ -149,3 +149,45 @@ def test_an_element_of_a_tuple_assignment_is_given_its_element():
     assert ("wrapper", "train_loader", "bar") in {(e.kind, e.source.name, e.target.name) for e in values.edges_into(bar)}
     assert "main:bar" in _held(c, values.follow([_binding(c, "main", "train_loader")], LOADER))
     assert _binding(c, "main", "train_loader").given() is None  # `train_loader, val_loader = loaders(data)`
+
+
+SURELY = '''
+import torch
+
+
+def show(net):
+    return net.sample(2)
+
+
+def main(plain):
+    model = torch.nn.Linear(2, 2)
+    only = model
+    if plain:
+        either = torch.nn.Linear(2, 2)
+    else:
+        either = model
+    show(either)
+    show(torch.nn.Linear(2, 2))
+    return only, either
+'''
+
+
+def test_surely_a_binding_every_way_into_which_brings_the_value():
+    _, values, c = _flow(SURELY)
+    seed = _binding(c, "main", "model")
+    value = values.follow([seed], MODEL)
+    sure = values.surely([value])
+    either = [b for b in c.bindings[seed.scope]["either"] if b in value.bindings]
+    assert _binding(c, "main", "only") in sure
+    assert either and either[0] in sure  # `either = model`: that binding is the model; the name reads two
+    net = _binding(c, "show", "net")
+    assert net in value.bindings and net not in sure  # handed `either`, which may be the other Linear
+
+
+def test_surely_not_a_parameter_a_call_hands_something_else():
+    handed_only_the_model = SURELY.replace("    show(either)\n", "    show(only)\n")
+    for source, expected in ((handed_only_the_model, False), (handed_only_the_model.replace("    show(torch.nn.Linear(2, 2))\n", ""), True)):
+        _, values, c = _flow(source)
+        value = values.follow([_binding(c, "main", "model")], MODEL)
+        net = _binding(c, "show", "net")
+        assert net in value.bindings and (net in values.surely([value])) is expected

@@ -534,3 +534,15 @@ def test_a_branch_whose_loader_keeps_its_own_sampler_still_runs(tmp_path: Path) 
     plain = run_single(case.migrated_script, tmp_path, args=["--dataset", "large"], script_name=SCRIPT_NAME,
                        label="fixture loaders_built_per_branch: the branch with its own sampler, plain `python`")
     assert_clean_exit(plain)
+
+
+def test_a_name_that_may_hold_the_wrapped_model_or_a_plain_one_runs_either_way(tmp_path: Path) -> None:
+    """fixtures/method_through_wrapper: with --average the helper is handed the plain averaged copy
+    instead of the wrapped model (the other arch, too); the run under torchrun exercises the
+    other side of the `isinstance(net, DDP)` unwraps (the default run the wrapped one). It died
+    with AttributeError: 'LinearDecoder' object has no attribute 'module'."""
+    case = next(c for c in fixture_cases.discover() if c.name == "method_through_wrapper")
+    report = run_torchrun(case.migrated_script, tmp_path, args=["--average", "--arch", "linear"], script_name=SCRIPT_NAME,
+                          label="fixture method_through_wrapper: --average --arch linear under torchrun")
+    assert_clean_exit(report)
+    assert_world(report, nproc=2)

@@ -29,6 +29,7 @@ class Model(Protocol):
 
     expr: str
     wrap_after: Optional[Statement]
+    already_ddp: bool
 
 
 class Navigation(Protocol):
@@ -121,6 +122,9 @@ class ModelUse:
 
     node: cst.Attribute
     model: Any  # the analysis' ModelFact (a Model), whose other fields the rules read
+    # The name may hold a plain module too (`net = average` on one branch, `net = model` on the
+    # other; a helper handed either): the edit asks which it holds (`isinstance(net, DDP)`).
+    maybe: bool = False
 
 
 # --------------------------------------------------------------------------- the analysis
@@ -155,6 +159,7 @@ class FlowBase:
         self.trains, self.call_trains, self.steps_optimizer = graph.trains, graph.call_trains, graph.steps_optimizer
         self.values = a.values  # the file's value flow (migrator.graph.flow), built once
         self._wrapped: Dict[int, Any] = {}  # id(model) -> its Value once wrapped (dataflow.models)
+        self._surely: Optional[FrozenSet[Any]] = None  # the bindings that surely hold a wrapped model
 
     def is_model(self, node: cst.CSTNode) -> bool:
         """May `node` be one of the trained models (wrapped or not), whatever it is called there?

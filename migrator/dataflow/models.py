@@ -6,13 +6,13 @@ model in the scope it is wrapped in, from the wrap on, and every binding it reac
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, Optional, Tuple
 
 import libcst as cst
 
 from migrator import names as N
 from migrator.dataflow.core import FlowBase, Model, ModelUse, Statement
-from migrator.graph.bindings import dotted_name
+from migrator.graph.bindings import Binding, dotted_name
 from migrator.graph.flow import MODEL, RETURNS_SELF, Value
 from migrator.tree import descendants
 
@@ -34,14 +34,31 @@ class ModelFlow(FlowBase):
         return found
 
     def model_uses(self, model: Model) -> Tuple[ModelUse, ...]:
-        """Attribute accesses on `model` made when it is already wrapped."""
+        """Attribute accesses on `model` made where it may already be wrapped (a name read where
+        another model, wrapped too, is what it holds is that model's use): `maybe` where the name
+        may hold a plain module too, one of the bindings it reads not surely holding a wrapped
+        model (ValueFlow.surely)."""
         value = self.wrapped(model)
+        others = [self.wrapped(other) for other in self._wrapped_models() if other is not model]
+        sure = self.surely_wrapped()
         uses: Dict[cst.CSTNode, ModelUse] = {}
-        for node in value.references():
+        for node in value.references(every=False):
             parent = self.a.parent(node)
-            if isinstance(parent, cst.Attribute) and parent.value is node and parent not in uses:
-                uses[parent] = ModelUse(parent, model)
+            if not isinstance(parent, cst.Attribute) or parent.value is not node or parent in uses:
+                continue
+            if not value.holds(node, every=True) and any(other.holds(node, every=True) for other in others):
+                continue
+            uses[parent] = ModelUse(parent, model, maybe=not all(b in sure for b in value.read(node)))
         return tuple(sorted(uses.values(), key=lambda use: self.c.order.get(use.node, 0)))
+
+    def surely_wrapped(self) -> FrozenSet[Binding]:
+        """The bindings that hold a wrapped model (one of the models, whichever) on every way in."""
+        if self._surely is None:
+            self._surely = self.values.surely(self.wrapped(m) for m in self._wrapped_models())
+        return self._surely
+
+    def _wrapped_models(self) -> List[Model]:
+        return [m for m in self.models if not m.already_ddp and m.wrap_after is not None]
 
     def bare_unwraps(self, uses: Tuple[ModelUse, ...]) -> Tuple[Tuple[cst.Name, Model], ...]:
         """`raw = model._orig_mod if compiled else model`: the bare branch must unwrap too."""

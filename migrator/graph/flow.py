@@ -22,11 +22,14 @@ A consumer picks the kinds its value takes (a model goes through `.to()`, a load
 holds a value when every binding it reads does (`self.model` assigned the model in `__init__` and
 something else in another method may be either, and a DDP-only edit there would break one), or,
 for a consumer that asks what may be the value (a loop that may walk this loader), when one does.
+Which bindings hold the value on every way in (`ValueFlow.surely`: no edge into them brings
+anything else, no call hands them something else) tells the two apart where a consumer edits
+both: a name that may hold the wrapped model gets an edit that asks which it holds.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
@@ -70,6 +73,7 @@ class ValueFlow:
         self._given: Dict[cst.CSTNode, List[Binding]] = {}  # an expression -> the bindings given it
         self._sites: Dict[cst.FunctionDef, List[cst.Call]] = {}  # a function of the file -> its calls
         self._derived: Dict[Binding, List[Edge]] = {}
+        self._handed_other: Set[Binding] = set()  # parameters a call hands a value no binding holds
 
     # -- the edges ---------------------------------------------------------------------------
     def edges_into(self, binding: Binding) -> List[Edge]:
@@ -101,9 +105,11 @@ class ValueFlow:
             if function is not None:
                 self._sites.setdefault(function, []).append(call)
                 for param, value in self.arguments(function, call):
-                    for kind, source, _ in self._sources(value, (), "argument", call):
-                        if isinstance(source, Binding):
-                            self._add(Edge("argument", source, param, call))
+                    sources = [source for _, source, _ in self._sources(value, (), "argument", call) if isinstance(source, Binding)]
+                    for source in sources:
+                        self._add(Edge("argument", source, param, call))
+                    if not sources:  # `make_samples(Net(), 4)`, `f(model.module)`
+                        self._handed_other.add(param)
 
     def receivers(self, node: cst.CSTNode) -> List[Binding]:
         """The bindings that get the value `node` makes (`loader = DataLoader(...)`, or each
@@ -255,6 +261,31 @@ class ValueFlow:
                 pending.append(edge.target)
         return value
 
+    def surely(self, values: Iterable["Value"]) -> FrozenSet[Binding]:
+        """The bindings of `values` that hold one of them whichever way their value comes in: a
+        seed, or a binding every edge into it comes from such a binding (from a seed, only once it
+        holds the value: after `since`), and no call hands something else to (a parameter that
+        one call gives the wrapped model and another a plain module, `net = average` on one branch
+        and `net = model` on the other: both may be either)."""
+        values = list(values)
+        seeds = {seed: value for value in values for seed in value.seeds}
+        sure = set().union(*(value.bindings for value in values)) - self._handed_other | set(seeds)
+
+        def carries(edge: Edge) -> bool:
+            value = seeds.get(edge.source)
+            if value is not None:
+                return value.since is None or self._after(edge.site, value.since)
+            return edge.source in sure
+
+        changed = True
+        while changed:
+            changed = False
+            for binding in list(sure):
+                if binding not in seeds and not all(carries(edge) for edge in self.edges_into(binding)):
+                    sure.discard(binding)
+                    changed = True
+        return frozenset(sure)
+
     def _after(self, node: cst.CSTNode, since: cst.CSTNode) -> bool:
         return self.index.order.get(node, -1) > self.index.ends.get(since, 1 << 62)
 
@@ -273,17 +304,20 @@ class Value:
     seeds: FrozenSet[Binding] = frozenset()
     edges: List[Edge] = field(default_factory=list)
 
-    def holds(self, node: cst.CSTNode) -> bool:
+    def holds(self, node: cst.CSTNode, every: Optional[bool] = None) -> bool:
         """Is `node` (a Name or `self.x` that reads bindings) this value (on every binding it reads,
-        or on one of them: `every`)?"""
-        # An import, def or class the name also binds holds no value made at run time: `import
-        # model` then `model = model.RNNModel(...)`, and a function reading the global later.
-        read = tuple(b for b in self.index.refers.get(node, ()) if b.kind not in _NOT_VALUES)
-        if not read or not (all if self.every else any)(binding in self.bindings for binding in read):
+        or on one of them: `every`, the value's own unless given)?"""
+        read = self.read(node)
+        if not read or not (all if (self.every if every is None else every) else any)(binding in self.bindings for binding in read):
             return False
         if self.since is None or not any(binding in self.seeds for binding in read):
             return True
         return self._after_since(node, read)
+
+    def read(self, node: cst.CSTNode) -> Tuple[Binding, ...]:
+        """The bindings `node` reads that hold a value made at run time (an import, def or class
+        the name also binds does not: `import model` then `model = model.RNNModel(...)`)."""
+        return tuple(b for b in self.index.refers.get(node, ()) if b.kind not in _NOT_VALUES)
 
     def _after_since(self, node: cst.CSTNode, read: Tuple[Binding, ...]) -> bool:
         """A seed's reference holds the value after `since` in the seed's own scope (for `self.x`:
@@ -293,14 +327,14 @@ class Value:
         here = any(b.scope is owner or b.name.startswith("self.") for b in read if b in self.seeds)
         return not here or index.order.get(node, -1) > index.ends.get(self.since, 1 << 62)  # type: ignore[arg-type]
 
-    def references(self) -> Iterator[cst.CSTNode]:
+    def references(self, every: Optional[bool] = None) -> Iterator[cst.CSTNode]:
         """Every node that holds the value (see holds)."""
         seen = set()
         for binding in self.bindings:
             for node in binding.references:
                 if node not in seen:
                     seen.add(node)
-                    if self.holds(node):
+                    if self.holds(node, every):
                         yield node
 
     def scopes(self) -> Dict[ScopeOwner, List[Binding]]:

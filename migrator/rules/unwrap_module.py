@@ -6,7 +6,7 @@ from typing import List, Tuple
 import libcst as cst
 
 from migrator import names as N
-from migrator.analysis import ModelFact, ScriptFacts
+from migrator.analysis import ModelFact, ModelUse, ScriptFacts
 from migrator.analysis.helpers import code_of
 from migrator.edits import Plan
 from migrator.names import NN_MODULE_API, STATE_DICT_METHODS, STRUCTURE_METHODS
@@ -288,8 +288,11 @@ After `model = DDP(model)`, `model.encode(x)`, `model.num_classes` or `model.gen
 through `model.module`. nn.Module's own API (`train`, `eval`, `parameters`, `to`, `zero_grad`, ...)
 and DDP's (`no_sync`, `join`) stay on the wrapper, except the questions about the model's structure
 that the wrapper answers differently (`children()` would yield the whole model, `named_parameters()`
-names gain a `module.` prefix, `get_submodule("fc")` fails): those go through `.module` too. In a
-DataParallel script the code already saw a wrapper, and stays as it is.""",
+names gain a `module.` prefix, `get_submodule("fc")` fails): those go through `.module` too. A
+name that may hold the wrapped model or a plain module (`net = average` on one branch and
+`net = model` on the other, a helper handed either) asks which it holds:
+`(net.module if isinstance(net, DDP) else net).sample(n)`. In a DataParallel script the code
+already saw a wrapper, and stays as it is.""",
     why="DistributedDataParallel does not forward attribute access: `model.encode` raises AttributeError.",
     fix="Insert `.module` before the attribute.",
     fix_safety="Safe. Calling a custom method through .module bypasses DDP's forward hooks, exactly as the original did.",
@@ -520,7 +523,7 @@ def plan_checkpoint_keys(facts: ScriptFacts, plan: Plan) -> None:
         return
     for use in facts.model_uses:
         if use.node.attr.value in STATE_DICT_METHODS and _keys_change(use.model):
-            plan.replace(use.node, lambda n, model=use.model: _through_module(facts, model, n))
+            plan.replace(use.node, lambda n, use=use: _through_module(facts, use, n))
             choice = facts.parents.get(facts.parents.get(use.node))  # type: ignore[arg-type]
             if isinstance(choice, cst.IfExp):
                 # `net.module.state_dict() if args.mGPUs else net.state_dict()`: both branches now agree.
@@ -572,7 +575,9 @@ def plan_module_api(facts: ScriptFacts, plan: Plan) -> None:
             continue
         else:
             what = f"{attr} is the model's own: through .module"
-        plan.replace(use.node, lambda n, model=use.model: _through_module(facts, model, n))
+        if use.maybe:
+            what += " where it holds the wrapper (it may hold a plain module too)"
+        plan.replace(use.node, lambda n, use=use: _through_module(facts, use, n))
         line, col = facts.line_col(use.node)
         plan.changes.append(Change(MODULE_API.code, line, col, what))
     if any(not model.already_ddp and model.wrap_after is not None for model in facts.models):
@@ -626,14 +631,15 @@ def _one_branch_if_same(node: cst.IfExp) -> cst.BaseExpression:
     return node.body.with_changes(lpar=node.lpar, rpar=node.rpar) if same else node
 
 
-def _through_module(facts: ScriptFacts, model: ModelFact, node: cst.Attribute) -> cst.Attribute:
-    return node.with_changes(value=unwrapped(facts, model, node.value))
+def _through_module(facts: ScriptFacts, use: ModelUse, node: cst.Attribute) -> cst.Attribute:
+    return node.with_changes(value=unwrapped(facts, use.model, node.value, maybe=use.maybe))
 
 
-def unwrapped(facts: ScriptFacts, model: ModelFact, node: cst.BaseExpression) -> cst.BaseExpression:
+def unwrapped(facts: ScriptFacts, model: ModelFact, node: cst.BaseExpression, maybe: bool = False) -> cst.BaseExpression:
     """The bare module that `node` reads: `model.module`; for a model wrapped only when it has
-    parameters to train (ModelFact.guarded), `(criterion.module if isinstance(criterion, DDP) else criterion)`."""
-    if not model.guarded:
+    parameters to train (ModelFact.guarded), or a name that may hold a plain module too
+    (ModelUse.maybe), `(criterion.module if isinstance(criterion, DDP) else criterion)`."""
+    if not (model.guarded or maybe):
         return cst.Attribute(value=node, attr=cst.Name("module"))
     code = cst.Module(body=[]).code_for_node(node)
     return cst.parse_expression(f"({code}.module if isinstance({code}, {facts.names.ddp}) else {code})")
