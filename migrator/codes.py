@@ -85,6 +85,7 @@ REQUIRES: Dict[str, Tuple[str, ...]] = {
     "DDP004": ("DDP001",),
     "DDP018": ("DDP001",),
     "DDP010": ("DDP001",),
+    "DDP026": ("DDP001",),
     "DDP019": ("DDP010",),
     "DDP025": ("DDP001",),
     "DDP011": ("DDP010",),

@@ -55,7 +55,7 @@ class DrawFlow(FlowBase):
         value = self.values.follow(seeds, DERIVED, every=False)
         datasets = {loader.dataset: loader for loader in loaders if loader.dataset is not None}
         held = [call, *value.references()]
-        for node in held[1:]:
+        for node in list(held):
             self.values.derived(node, returned=held)  # `split(ds)` where split returns a Subset of it
         found = []
         for node in held:

@@ -42,6 +42,7 @@ alone, so weights, dropout and augmentation stay as random as before. The split 
 same from run to run (seed 0), where it changed with every run before; change the 0 to draw
 another. A draw the tool cannot give a generator of its own (a function imported by its bare name,
 `from numpy.random import permutation`) is reported (DDP126).""",
+    requires=("DDP001",),  # a seed for the ranks of a migrated script: alone, it would change a script that stays one process
     fixable=True,
     per_site=True,
     examples=(
