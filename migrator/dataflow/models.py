@@ -97,8 +97,8 @@ class ModelFlow(FlowBase):
             statement = binding.statement
             if binding.kind not in ("assignment", "attribute", "unpacking") or statement is model.wrap_after:
                 continue
-            if (self.a.scope_of(statement) if model.expr.startswith("self.") else binding.scope) is not owner:
-                continue
+            if self.a.scope_of(statement) is not owner:
+                continue  # bound elsewhere (`self.model` in another method, the global in a helper: _reloads)
             if not isinstance(statement, cst.SimpleStatementLine) or not self.a.comes_after(statement, model.wrap_after):
                 continue
             value = binding.value

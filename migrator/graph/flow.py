@@ -320,11 +320,13 @@ class Value:
         return tuple(b for b in self.index.refers.get(node, ()) if b.kind not in _NOT_VALUES)
 
     def _after_since(self, node: cst.CSTNode, read: Tuple[Binding, ...]) -> bool:
-        """A seed's reference holds the value after `since` in the seed's own scope (for `self.x`:
-        in the whole class), anywhere else once it is reached at all."""
+        """A seed's reference holds the value after `since` where source order is run order: in
+        the scope `since` runs in (a `global model` of main() read in main()), in the seed's own
+        scope (for `self.x`: in the whole class); anywhere else once it is reached at all."""
         index = self.index
         owner = index.owner_of(node)
-        here = any(b.scope is owner or b.name.startswith("self.") for b in read if b in self.seeds)
+        here = owner is index.owner_of(self.since) or any(  # type: ignore[arg-type]
+            b.scope is owner or b.name.startswith("self.") for b in read if b in self.seeds)
         return not here or index.order.get(node, -1) > index.ends.get(self.since, 1 << 62)  # type: ignore[arg-type]
 
     def references(self, every: Optional[bool] = None) -> Iterator[cst.CSTNode]:
