@@ -83,6 +83,10 @@ class ModelFact:
     # `p.requires_grad = True` for the backbone at epoch 5, after the wrap: no wrap point comes after
     # the change and before training (DDP116)
     parameters_changed_later: Tuple[cst.CSTNode, ...] = ()
+    # Why no DDP around it would sync the forward training runs (a container holding it is called;
+    # it is still prepared after it enters the container training reads it from): the file is
+    # left unchanged (DDP104)
+    forward_unreached: Optional[str] = None
 
     @property
     def guarded(self) -> bool:
@@ -309,7 +313,7 @@ class ScriptFacts:
     def moved_after_wrap(self) -> Tuple[ModelFact, ...]:
         """Models a callee moves to a device after the point where they would be wrapped, or that a
         container built before that point trains through: the file is left alone."""
-        return tuple(m for m in self.models if (m.moved_later is not None or m.held_by) and not m.already_ddp)
+        return tuple(m for m in self.models if (m.moved_later is not None or m.held_by or m.forward_unreached) and not m.already_ddp)
 
     def enclosing_function_name(self, node: cst.CSTNode) -> str:
         """`Trainer.__init__`, `train`, or `<module>` for the code around `node`."""

@@ -4,13 +4,14 @@ The methods of a mixin of `_Analysis` (passes.py).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
 from migrator import names as N
 from migrator.names import attribute_name
-from migrator.graph.flow import MODEL, RETURNS_SELF, Value
+from migrator.graph.flow import ADDS_MEMBER, MODEL, RETURNS_SELF, Value
 from migrator.tree import descendants
 from migrator.analysis.facts import DataParallelSite, ModelFact
 from migrator.analysis.helpers import (
@@ -86,6 +87,28 @@ def _prepares_model(method: str) -> bool:
     return method in N.PREPARE_METHODS or method.lstrip("_").startswith(_BUILDING_PREFIXES)
 
 
+@dataclass(frozen=True)
+class Forward:
+    """What the training's forward calls for the parameters of one module (ModelAnalysis.forward).
+
+    route: "itself" (`model(x)`, under any name the flow gives it), "element" (read out of a
+    container it was put in, then called: `modules.append(student)`, `modules[0](x)`), "members" (a
+    container the training never calls, whose modules it calls: the optimizer's `trainable_list`),
+    "container" (through the forward of a container holding it), "unreached" (nothing to wrap can
+    be told), or "untraced" (the file runs no forward of it: handed to code the flow cannot read).
+    """
+
+    route: str
+    entered: Optional[Statement] = None  # "element": the statement of its block where it first enters a container
+    containers: Tuple[str, ...] = ()  # the containers it enters, or that hold it
+    members: Tuple[str, ...] = ()  # "members": the modules put into it, each trained in its place
+    reason: Optional[str] = None  # "container", "unreached": why no DDP is written (DDP104)
+
+
+_MEMBERS = MODEL | {"member"}
+_ELEMENTS = MODEL | {"element"}
+
+
 class ModelAnalysis:
     """Models and DataParallel: which models train, and what each DataParallel site wraps."""
 
@@ -135,7 +158,13 @@ class ModelAnalysis:
             if self.idle_optimizer(call):
                 continue
             first: Optional[str] = None  # the first model this update trains: the others join its optimizer
-            for expr in self.parameter_owners(call):
+            pending = list(self.parameter_owners(call))
+            seen: Set[str] = set()
+            while pending:
+                expr = pending.pop(0)
+                if expr in seen:
+                    continue
+                seen.add(expr)
                 if expr in models or expr == "self":
                     first = first or (expr if expr in models else None)
                     continue  # `self`: a module building its own optimizer (configure_optimizers) is not training
@@ -159,6 +188,10 @@ class ModelAnalysis:
                     if expr in models:
                         first = first or expr
                         continue
+                forward = self.forward(expr, definition) if definition is not None else Forward("untraced")
+                if forward.route == "members":
+                    pending[:0] = forward.members  # the modules training calls, each wrapped before it enters a container
+                    continue
                 sites = [
                     s for s in dp_sites
                     if (s.target == expr or (s.target or "").startswith(expr + ".")) and self.same_variable(expr, s.statement, definition)
@@ -171,6 +204,12 @@ class ModelAnalysis:
                 dp_from = self.top_statement_in(first_dp.statement, self.block_of(anchor)) if first_dp is not None and anchor is not None else None
                 keyed_from = dp_from if plain_dp is not None and plain_dp.conditional is None else None
                 wrap_after = self.last_preparation(expr, anchor, keyed_from) if anchor is not None else None
+                if forward.entered is not None and wrap_after is not None and (
+                        wrap_after is forward.entered or self.comes_after(wrap_after, forward.entered)):
+                    forward = Forward("unreached", reason=(
+                        f"training calls {expr} as an element of `{forward.containers[0]}`, and {expr} is still "
+                        f"prepared after it is put there (line {self.line_of(wrap_after)}): wrap it in DDP by hand, "
+                        "after it is final and before it enters a container"))
                 if stripped:
                     wrap_after = self.after_branches(stripped, anchor, wrap_after)
                 dp = None if stripped else next((s for s in sites if s.target == expr), None)
@@ -180,6 +219,9 @@ class ModelAnalysis:
                 handed_to_mover = not moved and any(
                     expr in (code_of(v) for v in self.c.trained_arguments.get(call, ())) for call in self.c.trained_moves
                 )
+                # Put into a container that is moved afterwards (`modules.append(student)`, then
+                # `modules.cuda()`): the wrap before it enters moves it to this process's device itself.
+                handed_to_mover = handed_to_mover or (not moved and forward.entered is not None and self.container_moved(expr, definition))
                 # A later move (`if args.half: model.half()`) pushed the wrap below a load that expected
                 # DataParallel's `module.` keys: that load now runs on the bare model, so it drops the
                 # prefix (DDP014) while the saves keep it, as before. Behind a conditional DataParallel
@@ -210,6 +252,7 @@ class ModelAnalysis:
                     and self.applied_to(self.model_value(expr, definition), self.model_value(first, models[first].definition)),
                     parameters_changed_later=self.parameters_changed_later(expr, definition, wrap_after)
                     if definition is not None and wrap_after is not None else (),
+                    forward_unreached=forward.reason,
                 )
                 first = first or expr
         return tuple(models.values())
@@ -370,7 +413,7 @@ class ModelAnalysis:
             return param, None
         found = {(edge.source.name, self.model_definition(edge.source.name, edge.site))  # type: ignore[arg-type]
                  for binding in self.c.bindings.get(fn, {}).get(param, ()) if binding.kind == "parameter"
-                 for edge in self.values.edges_into(binding)}
+                 for edge in self.values.edges_into(binding) if edge.kind == "argument"}
         if len(found) == 1:
             passed, definition = found.pop()
             if definition is not None:
@@ -563,10 +606,105 @@ class ModelAnalysis:
         """Is the value moved anywhere, `.to(...)` / `.cuda()` (a container moves what it holds)?"""
         return bool(self.calls_on(value, N.MOVE_METHODS))
 
-    def trained_through(self, value: Value) -> bool:
-        """Is the value called in a loop that trains (migrator.dataflow.calls)?"""
+    def forward(self, expr: str, definition: Statement) -> Forward:
+        """What the training's forward calls for the parameters of the module `expr` built at
+        `definition`, as the value flow has it (its member and element edges, migrator.graph.flow).
+
+        DDP syncs the gradients of a forward that runs through its wrapper, and registers the
+        parameters the module has when it is built: the wrap must be of the value training calls,
+        once nothing more is added to it. Training that calls a module read out of a container
+        (`module_list.append(model_s)`, then `module_list[0](x)`) calls what the container was
+        given: the module is wrapped before it enters the first container, so that every
+        container holds the wrapper. A container of modules that is never called (the optimizer's
+        `trainable_list.parameters()`) stands for the modules put into it. Found once per model."""
+        cache = self.__dict__.setdefault("_forwards", {})
+        key = (expr, self.scope_of(definition))
+        if key not in cache:
+            cache[key] = Forward("untraced")  # a container holding itself is not followed round again
+            cache[key] = self._forward(expr, definition)
+        return cache[key]
+
+    def _forward(self, expr: str, definition: Statement) -> Forward:
+        model = self.model_value(expr, definition)
+        if self.trained_through(model):
+            return Forward("itself")
+        holders = self.values.follow(model.bindings, _MEMBERS, every=False)
+        containers = Value(self.values.index, every=False, bindings=holders.bindings - model.bindings)
+        names = tuple(sorted({b.name for b in containers.bindings}))
+        if containers.bindings and self.trained_through(containers):
+            return Forward("container", containers=names, reason=(
+                f"training calls a container that holds {expr} (`{names[0]}`), not {expr}: a DDP around {expr} would "
+                f"not sync that forward; wrap the container in DDP by hand, once nothing more is put into it"))
+        if containers.bindings:
+            elements = self.values.follow(containers.bindings, _ELEMENTS, every=False)
+            read = Value(self.values.index, every=False, bindings=elements.bindings - holders.bindings)
+            if self.trained_through(read) or self.trained_through(containers, element=True):
+                entered = self._entered(model, definition)
+                if entered is None:
+                    return Forward("unreached", containers=names, reason=(
+                        f"training calls {expr} as an element of `{names[0]}`, which it enters outside the block "
+                        f"where it is built: wrap {expr} in DDP by hand before it enters a container"))
+                return Forward("element", entered=entered, containers=names)
+        members = self._members_put_into(model)
+        if not members or not all(self._attribute_of(r) for r in model.references()):
+            return Forward("untraced")  # not a container, or one used otherwise than by its methods: may be run elsewhere
+        found: List[str] = []
+        for call, argument in members:
+            member = code_of(argument)
+            member_definition = self.model_definition(member, call) if isinstance(argument, cst.Name) else None
+            route = self.forward(member, member_definition).route if member_definition is not None else None
+            if route not in ("itself", "element"):
+                return Forward("unreached", reason=(
+                    f"the optimizer trains the modules put into `{expr}`, a container training never calls, and "
+                    f"training does not call `{member}` (put into it at line {self.line_of(call)}) either, nor reads it "
+                    f"out of a container: wrap the modules it calls in DDP by hand"))
+            if member not in found:
+                found.append(member)
+        return Forward("members", containers=(expr,), members=tuple(found))
+
+    def _attribute_of(self, reference: cst.CSTNode) -> bool:
+        parent = self.parent(reference)
+        return isinstance(parent, cst.Attribute) and parent.value is reference
+
+    def _members_put_into(self, model: Value) -> List[Tuple[cst.Call, cst.BaseExpression]]:
+        """(the call, the argument) for each value put into the module (`trainable.append(model_s)`)."""
+        found = []
+        for call in self.calls_on(model, tuple(ADDS_MEMBER)):
+            args = [arg for arg in call.args if arg.keyword is None and not arg.star]
+            position = ADDS_MEMBER[call.func.attr.value]  # type: ignore[attr-defined]
+            value = args[position].value if position < len(args) else call
+            values = [e.value for e in value.elements] if isinstance(value, (cst.List, cst.Tuple)) else [value]
+            found += [(call, v) for v in values]
+        return found
+
+    def _entered(self, model: Value, definition: Statement) -> Optional[Statement]:
+        """The statement of the block the module is built in where it is first put into a container."""
+        block = self.block_of(self.branch_anchor(definition))  # type: ignore[arg-type]
+        sites = [edge.site for binding in model.bindings for edge in self.values.edges_from(binding) if edge.kind == "member"]
+        if not sites or block is None:
+            return None
+        first = min(sites, key=lambda site: self.c.order.get(site, 0))
+        return self.top_statement_in(first, block)
+
+    def container_moved(self, expr: str, definition: Statement) -> bool:
+        """Is a container the module is put into moved to a device (`module_list.cuda()`)?"""
+        model = self.model_value(expr, definition)
+        holders = self.values.follow(model.bindings, _MEMBERS, every=False)
+        return self.is_moved(Value(self.values.index, every=False, bindings=holders.bindings - model.bindings))
+
+    def line_of(self, node: cst.CSTNode) -> int:
+        start = self.positions.start(node)
+        return start[0] if start else 0
+
+    def trained_through(self, value: Value, element: bool = False) -> bool:
+        """Is the value called in a loop that trains (migrator.dataflow.calls)? With `element`: or an
+        element read out of it there (`module_list[0](x)`)."""
+        def called(func: cst.BaseExpression) -> bool:
+            if element and isinstance(func, cst.Subscript):
+                func = func.value
+            return value.holds(func)
         return any(
-            any(value.holds(call.func) for call in self.calls_inside.get(loop, ())) and self.call_graph.trains(loop)
+            any(called(call.func) for call in self.calls_inside.get(loop, ())) and self.call_graph.trains(loop)
             for loop in self.c.loops
         )
 
@@ -861,7 +999,7 @@ class ModelAnalysis:
                 continue
             if isinstance(parent, cst.Call) and parent.func is node and isinstance(node, cst.Attribute):
                 method = node.attr.value
-                if method in N.SETS_PARAMETERS:
+                if method in N.SETS_PARAMETERS or method in ADDS_MEMBER:  # `trainable.append(head)` adds its parameters
                     return parent, part or method != "requires_grad_"
                 if method in N.MODULE_PARTS:
                     found = self._changes_parts(parent, depth) if depth < 3 else None

@@ -46,6 +46,11 @@ DERIVED = frozenset({"alias", "argument", "return", "unpack", "derived"})  # wha
 RETURNS_SELF = frozenset(
     {"train", "eval", "to", "cuda", "cpu", "float", "half", "double", "bfloat16", "apply", "requires_grad_", "zero_grad"}
 )
+# Methods that put a value into a container (nn.ModuleList's append/extend/insert, any module's
+# add_module/register_module, a list's append): the position of the argument they put in
+# (`extend`: each element of a literal list or tuple there, or the iterable itself).
+ADDS_MEMBER = {"append": 0, "extend": 0, "insert": 1, "add_module": 1, "register_module": 1}
+
 # Calls whose first argument is not what a loop over their result walks (range(len(loader)) walks
 # indices); `iter(loader)` is a stream, read by next(), not a loop.
 NOT_WRAPPERS = frozenset({"range", "len", "reversed", "sorted", "iter"})
@@ -94,6 +99,9 @@ class ValueFlow:
                 for binding in bindings:
                     if binding.value is not None:
                         self._given.setdefault(binding.value, []).append(binding)
+                    if binding.kind == "loop" and not binding.path and isinstance(binding.value, (cst.Name, cst.Attribute)):
+                        for source in self.index.refers.get(binding.value, ()):  # `for m in modules:`
+                            self._add(Edge("element", source, binding, binding.statement))
                     if binding.value is not None and binding.kind in ("assignment", "attribute", "unpacking", "with"):
                         for kind, source, site in self._sources(binding.value, binding.path, "alias", binding.statement):
                             if isinstance(source, Binding):
@@ -105,11 +113,29 @@ class ValueFlow:
             if function is not None:
                 self._sites.setdefault(function, []).append(call)
                 for param, value in self.arguments(function, call):
-                    sources = [source for _, source, _ in self._sources(value, (), "argument", call) if isinstance(source, Binding)]
-                    for source in sources:
-                        self._add(Edge("argument", source, param, call))
-                    if not sources:  # `make_samples(Net(), 4)`, `f(model.module)`
+                    found = [(kind, source) for kind, source, _ in self._sources(value, (), "argument", call) if isinstance(source, Binding)]
+                    for kind, source in found:
+                        self._add(Edge("element" if kind == "element" else "argument", source, param, call))
+                    if not found:  # `make_samples(Net(), 4)`, `f(model.module)`
                         self._handed_other.add(param)
+            for source, container in self._members(call):
+                self._add(Edge("member", source, container, call))
+
+    def _members(self, call: cst.Call) -> Iterator[Tuple[Binding, Binding]]:
+        """(the value's binding, the container's binding) for each value `call` puts into a container."""
+        func = call.func
+        position = ADDS_MEMBER.get(func.attr.value) if isinstance(func, cst.Attribute) else None
+        if position is None or not isinstance(func.value, (cst.Name, cst.Attribute)):  # type: ignore[union-attr]
+            return
+        args = [arg for arg in call.args if arg.keyword is None and not arg.star]
+        if position >= len(args):
+            return
+        value = args[position].value
+        values = [e.value for e in value.elements] if isinstance(value, (cst.List, cst.Tuple)) else [value]
+        for member in values:
+            for source in self.index.refers.get(member, ()) if isinstance(member, (cst.Name, cst.Attribute)) else ():
+                for container in self.index.refers.get(func.value, ()):  # type: ignore[union-attr]
+                    yield source, container
 
     def receivers(self, node: cst.CSTNode) -> List[Binding]:
         """The bindings that get the value `node` makes (`loader = DataLoader(...)`, or each
@@ -208,6 +234,10 @@ class ValueFlow:
                 yield kind, binding, site
             return
         yield kind, value, site
+        if isinstance(value, cst.Subscript) and isinstance(value.value, (cst.Name, cst.Attribute)):
+            for binding in self.index.refers.get(value.value, ()):  # `student = modules[0]`
+                yield "element", binding, site
+            return
         if not isinstance(value, cst.Call):
             return
         func = value.func
@@ -228,7 +258,7 @@ class ValueFlow:
         for ret in descendants(function, cst.Return):
             if ret.value is not None and self.index.owner_of(ret) is function:
                 for kind, source, _ in self._sources(ret.value, path, "return", ret, depth + 1):
-                    yield ("return" if isinstance(source, Binding) else kind), source, ret
+                    yield ("return" if isinstance(source, Binding) and kind != "element" else kind), source, ret
 
     # -- propagation -------------------------------------------------------------------------
     def follow(self, seeds: Iterable[Binding], kinds: FrozenSet[str], since: Optional[cst.CSTNode] = None,

@@ -247,7 +247,10 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
             line, col = facts.line_col(model.optimizer_call)
             plan.diagnostics.append(Diagnostic(MODEL_NOT_TRACED.code, line, col, f"{model.expr}: {MODEL_NOT_TRACED.summary}"))
     for model in facts.moved_after_wrap:
-        if not facts.already_distributed and model.held_by:
+        if not facts.already_distributed and model.forward_unreached:
+            line, col = facts.line_col(model.definition)
+            plan.diagnostics.append(Diagnostic(MODEL_NOT_TRACED.code, line, col, f"{model.expr}: {model.forward_unreached}"))
+        elif not facts.already_distributed and model.held_by:
             line, col = facts.line_col(model.definition)
             plan.diagnostics.append(Diagnostic(MODEL_NOT_TRACED.code, line, col, (
                 f"{model.expr}: training runs through `{model.held_by}`, a module built from {model.expr} "

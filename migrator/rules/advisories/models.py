@@ -14,7 +14,11 @@ Also a model the script builds on the CPU and hands to a function or class that 
 (`Trainer.__init__` doing `self.model = model.to(gpu_id)`): DDP must wrap it after that move, and
 the file is left unchanged rather than wrapped before it. Likewise models that training reaches
 only through a container built from them before their wrap point (`seg = nn.Sequential(enc, dec)`,
-then `seg(x)` in the loop): a DDP around `enc` would never see that forward.""",
+then `seg(x)` in the loop): a DDP around `enc` would never see that forward. A module training
+reads out of a container (`modules.append(student)`, then `modules[0](x)`) is wrapped before it
+enters the first container; the file is left unchanged when that cannot be told: the optimizer
+reads a container training never calls (`trainable.parameters()`) holding a module training does
+not call either, or the module is still moved or changed after it enters the container.""",
     why="DDP must wrap the model once, where it is built; wrapping a function argument would wrap it at every call.",
     fix="Wrap the model in DistributedDataParallel where it is created.",
     fix_safety="Not fixable automatically.",
@@ -80,6 +84,30 @@ def main():
         net(torch.randn(2, 4, device=device)).sum().backward()
         for optimizer in optimizers:
             optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            diagnostics=("DDP104",),
+        ),
+        Example(
+            id="container-holds-a-module-never-called",
+            before='''import torch
+import torch.nn as nn
+
+
+def main():
+    student, embed = nn.Linear(4, 2), nn.Linear(2, 2)
+    modules = nn.ModuleList([])
+    modules.append(student)
+    trainable = nn.ModuleList([])
+    trainable.append(student)
+    trainable.append(embed)  # trained by a loss this file cannot read
+    optimizer = torch.optim.SGD(trainable.parameters(), lr=0.1)
+    for step in range(3):
+        modules[0](torch.randn(2, 4)).sum().backward()
+        optimizer.step()
 
 
 if __name__ == "__main__":
