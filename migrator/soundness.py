@@ -6,7 +6,8 @@ where nothing binds it: `model = DDP(model, device_ids=... if device.type == "cu
 loader rule could not create. Python raises NameError (or UnboundLocalError) there on every rank.
 In the shape of black's `assert_equivalent`, the engine checks its own output: each read of a
 name is resolved with Python's scoping rules (function locals, `global`/`nonlocal`, class bodies,
-comprehensions, names bound in a loop that may run again) against the bindings that precede it,
+comprehensions) against the bindings that precede it (a binding further down a loop's body has not
+run on its first pass),
 in the input and in the output. A read that is unbound in the output and was not unbound there
 in the input (counted per scope and name, so the user's own dynamic names cancel out) means the
 plan is unsound: the engine then leaves the file unchanged and reports DDP125 with the name and
@@ -280,10 +281,13 @@ def _enclosing_binder(scope: _Scope, name: str) -> Optional[_Scope]:
 
 
 def _bound_before(bindings: List[Tuple[Position, Tuple[ast.AST, ...]]], at: Position, loops: Tuple[ast.AST, ...]) -> bool:
-    """Can one of `bindings` (of the reader's own scope) have run before a read at `at`: written
-    before it, or in a loop around the read that may run it on an earlier pass?"""
-    around = {id(loop) for loop in loops}
-    return any(where <= at or any(id(loop) in around for loop in its_loops) for where, its_loops in bindings)
+    """Has one of `bindings` (of the reader's own scope) run before a read at `at` on every way
+    there: written before it. A binding further down the same loop body runs only from the second
+    pass on, so the first pass reads the name unbound (`sampler.set_epoch(epoch)` written at the top
+    of an epoch loop whose body builds the sampler): not bound. The user's own reads that only a
+    later pass reaches (`if i: print(last)`) are in the input too, and cancel out there."""
+    del loops
+    return any(where <= at for where, _ in bindings)
 
 
 def unbound_reads(source: str) -> List[UnboundRead]:

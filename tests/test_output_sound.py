@@ -57,7 +57,8 @@ UNBOUND = [
     pytest.param("print(x)\nx = 1\n", [("<module>", "x")], id="module-read-before-binding"),
     pytest.param("def f():\n    return y\ny = 2\nf()\n", [], id="function-reads-module-name-bound-later"),
     pytest.param("y = 1\ndef f():\n    print(y)\n    y = 2\n", [("f", "y")], id="unbound-local-shadows-global"),
-    pytest.param("for i in range(3):\n    if i:\n        print(z)\n    z = i\n", [], id="loop-binds-for-the-next-pass"),
+    pytest.param("for i in range(3):\n    if i:\n        print(z)\n    z = i\n", [("<module>", "z")], id="unbound-on-the-first-pass"),
+    pytest.param("z = 0\nfor i in range(3):\n    print(z)\n    z = i\n", [], id="bound-before-the-loop"),
     pytest.param("d = {k: v for k, v in {}.items()}\n", [], id="comprehension-targets"),
     pytest.param("class A:\n    n = 1\n    def f(self):\n        return n\n", [("A.f", "n")], id="class-body-is-no-enclosing-scope"),
     pytest.param("def f():\n    x = 1\n    def g():\n        return x\n    return g\n", [], id="closure"),
@@ -220,3 +221,43 @@ def test_real_repository_output_checks_clean(name, tmp_path):
     assert _human(after) <= _human(before), sorted(_human(after) - _human(before))
     CliRunner().invoke(cli, ["--in-place", target, "--color", "never"], catch_exceptions=False)
     assert fixture_cases.tree_files(root) == once
+
+
+LOADER_BUILT_IN_THE_EPOCH_LOOP = '''import argparse
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=2)
+    args = parser.parse_args()
+    sets = {"train": TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), "valid": TensorDataset(torch.randn(8, 4), torch.randn(8, 1))}
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(args.epochs):
+        for split in ["train", "valid"]:
+            data_loader = DataLoader(sets[split], batch_size=8, shuffle=split == "train")
+            for x, y in data_loader:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                if split == "train":
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_read_before_its_binding_on_the_first_pass_of_a_loop_is_never_written():
+    """A loader built inside the epoch loop, per split (a sentence-VAE repository's shape): the
+    epoch's `set_epoch` written at the top of the epoch loop would read the loader before the
+    first pass binds it (UnboundLocalError on every rank, seen on a real repository). The file is
+    left unchanged with DDP125."""
+    result = migrate(LOADER_BUILT_IN_THE_EPOCH_LOOP)
+    assert result.code == LOADER_BUILT_IN_THE_EPOCH_LOOP
+    [finding] = [d for d in result.diagnostics if d.code == "DDP125"]
+    assert "`data_loader`" in finding.message
