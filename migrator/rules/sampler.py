@@ -184,13 +184,20 @@ def shards(loader: LoaderFact) -> bool:
     return loader.training and loader.problem is None
 
 
+def reads_distributed_sampler(facts: ScriptFacts, loader: LoaderFact) -> bool:
+    """Does the migrated loader read a DistributedSampler: its own, or the one this rule writes (only
+    where the loader is built after the setup: DistributedSampler asks the process group for the
+    world size)? The one answer for the rules that then use the sampler (set_epoch)."""
+    return shards(loader) and (loader.distributed_sampler or facts.after_setup(loader.call))
+
+
 def plan(facts: ScriptFacts, plan: Plan) -> None:
     if not needs_setup(facts):
         return
     for loader in facts.loaders:
         if loader.training and loader.problem is not None:
             _decline(facts, plan, loader)
-        elif shards(loader) and not facts.after_setup(loader.call):
+        elif shards(loader) and not reads_distributed_sampler(facts, loader):
             # DistributedSampler asks the process group for the world size when it is built.
             line, col = facts.line_col(loader.call)
             message = (f"{loader.target or 'loader'}: built before the process group is set up (in code that runs "

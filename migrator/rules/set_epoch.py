@@ -11,7 +11,7 @@ from migrator.rule import Example, Rule
 from migrator.rules import _build
 from migrator.rules.advisories import NO_EPOCH_LOOP
 from migrator.rules.process_group import needs_setup
-from migrator.rules.sampler import sampler_name, shards
+from migrator.rules.sampler import reads_distributed_sampler, sampler_name
 from migrator.types import Change, Diagnostic
 
 RULE = Rule(
@@ -112,8 +112,8 @@ def plan(facts: ScriptFacts, plan: Plan) -> None:
         return
     planned: Set[Tuple[cst.CSTNode, str]] = set()
     for loader in facts.loaders:
-        if not shards(loader) or _never_shuffles(loader):
-            continue
+        if not reads_distributed_sampler(facts, loader) or _never_shuffles(loader):
+            continue  # a loader left whole (DDP108 says why) has no set_epoch: RandomSampler has none
         if not loader.hooks:
             where = loader.no_epoch_loop or loader.call
             line, col = facts.line_col(where)
