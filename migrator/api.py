@@ -154,11 +154,14 @@ class _Planned:
             code = launch_comments.apply(parsed, launch_comments.rewrites(parsed)) if documented else parsed
             return Result(code=code, changes=changes, diagnostics=diagnostics, original=source, **known)
         # The code is written in check mode too: what it reads is checked before any verdict.
-        new = with_imports(edits.apply(module, plan, facts.parents, continuations="\\\n" in source or "\\\r\n" in source), plan)
-        code = new.code
-        if documented:  # found again on the new text: the edits above moved the lines
-            code = launch_comments.apply(code, launch_comments.rewrites(code))
-        check_parses(code)
+        applied = edits.apply(module, plan, facts.parents, continuations="\\\n" in source or "\\\r\n" in source)
+        if self.rewrite:
+            code = with_imports(applied, plan).code
+            if documented:  # found again on the new text: the edits above moved the lines
+                code = launch_comments.apply(code, launch_comments.rewrites(code))
+            check_parses(code)
+        else:  # only read: the names the imports bind, not where isort would put them (no libcst.codemod)
+            code = _binding_imports(plan) + applied.code
         unsound = _unsound(self.parsed, code)
         if unsound:  # a fix relied on something that did not happen: nothing is written
             kept = tuple(d for d in diagnostics if not d.fixable)
@@ -166,6 +169,16 @@ class _Planned:
         if not self.rewrite:
             return Result(source, changes, diagnostics, original=source, pending=True, **known)
         return Result(code=code, changes=changes, diagnostics=diagnostics, original=source, **known)
+
+
+def _binding_imports(plan: edits.Plan) -> str:
+    """The import lines a plan adds, as plain text above the code: what `check()` reads instead of
+    placing them (codegen.with_imports) to know which names they bind."""
+    lines = []
+    for mod, obj, asname in (*plan.imports, *plan.imports_if_used):
+        alias = f" as {asname}" if asname else ""
+        lines.append(f"from {mod} import {obj}{alias}\n" if obj else f"import {mod}{alias}\n")
+    return "".join(lines)
 
 
 def _unsound(before: str, after: str) -> Optional[Diagnostic]:
